@@ -1,0 +1,25 @@
+"""margindist: margin-distribution learning.
+
+Classifiers that optimise statistics of the whole margin distribution (mean, variance,
+semi-variance, robust location, pairwise class margins), as scikit-learn estimators, and the
+experimental system of the papers that introduced them.
+"""
+
+__version__ = "0.1.0"
+
+from .datasets import list_datasets, load_dataset
+from .metrics import margin_stats, msvmav_bound_term, normalized_margins, semivariance
+from .models.lssvm import LSSVM
+from .models.mamc import MAMC
+
+__all__ = [
+    "LSSVM",
+    "MAMC",
+    "load_dataset",
+    "list_datasets",
+    "margin_stats",
+    "msvmav_bound_term",
+    "normalized_margins",
+    "semivariance",
+    "__version__",
+]

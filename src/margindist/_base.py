@@ -1,0 +1,396 @@
+"""Shared estimator plumbing.
+
+:class:`BaseMarginClassifier` does everything that is not the method itself:
+
+* validation through :func:`sklearn.utils.validation.validate_data` (dense or CSR, float64 or
+  float32, NaN/inf/empty rejected with scikit-learn's messages), parameter validation through
+  ``_parameter_constraints``;
+* label encoding for any label type, ``classes_``; a clear error for a single class;
+* ``class_weight`` folded into ``sample_weight`` (:func:`combined_sample_weight`); samples of
+  weight 0 are removed before the solver sees them, so weight 0 is the same as absent;
+* the multi-class path: a binary method becomes multi-class through one-vs-rest or
+  one-vs-one (``multi_class``; sub-problems fitted in parallel with joblib ``n_jobs``), or a
+  native multi-class method provides ``_fit_multiclass``;
+* fitted state assembly in scikit-learn's layout: ``coef_`` (n_problems, d) and
+  ``intercept_`` for linear models, ``support_``, ``support_vectors_``, ``dual_coef_``
+  (n_problems, n_SV) for kernel expansions, ``n_iter_``;
+* ``decision_function`` (shape (n,) for two classes, (n, K) otherwise), ``predict``
+  consistent with it, and ``margins(X, y)``: normalised margins y f(x) / ||w||.
+
+A subclass implements ``_fit_binary(X, y, sample_weight, kernel)`` returning a
+:class:`BinaryModel` (y in {-1, +1}; kernel the resolved :class:`~margindist.kernels.KernelSpec`
+or None for linear-only methods), and optionally ``_fit_multiclass`` for native multi-class
+methods.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from itertools import combinations
+
+import numpy as np
+import scipy.sparse as sp
+from joblib import Parallel, delayed
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+
+from .kernels import KernelSpec, kernel_decision, resolve_kernel, rkhs_norm_sq
+from .metrics import multiclass_margins
+
+logger = logging.getLogger("margindist")
+
+__all__ = ["BaseMarginClassifier", "BinaryModel", "combined_sample_weight", "get_logger"]
+
+
+def get_logger(verbose) -> logging.Logger:
+    """The package logger; with ``verbose`` > 0 make sure INFO messages are shown somewhere."""
+    if verbose and not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[margindist] %(message)s"))
+        logger.addHandler(handler)
+    if verbose:
+        logger.setLevel(logging.DEBUG if verbose > 1 else logging.INFO)
+    return logger
+
+
+@dataclass
+class BinaryModel:
+    """The result of one binary fit on rows X (labels in {-1, +1}).
+
+    Exactly one of ``coef`` (linear model, shape (d,)) and ``dual_coef`` (kernel expansion
+    over the rows of the X it was fitted on, shape (m,), zeros for non-support rows) is set.
+    f(x) = <coef, x> + intercept or sum_j dual_coef_j k(x_j, x) + intercept.
+    ``extra`` holds method-specific results (histories, thresholds ...).
+    """
+
+    coef: np.ndarray | None = None
+    dual_coef: np.ndarray | None = None
+    intercept: float = 0.0
+    n_iter: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+def combined_sample_weight(sample_weight, class_weight, X, y, classes) -> np.ndarray:
+    """sample_weight (default ones) times the class weights of ``class_weight``.
+
+    ``class_weight`` is None, ``"balanced"`` (n / (K * count_k)) or a dict label -> weight,
+    as in scikit-learn. Negative weights and all-zero weights raise ValueError.
+    """
+    sw = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
+    if class_weight is not None:
+        cw = compute_class_weight(class_weight, classes=classes, y=y)
+        sw = sw * cw[np.searchsorted(classes, y)]
+    if not np.all(np.isfinite(sw)):
+        raise ValueError("sample_weight contains NaN or infinity.")
+    if sw.sum() <= 0:
+        raise ValueError("The sample weights (times class weights) sum to zero: nothing to fit.")
+    return sw
+
+
+def _take_rows(X, idx, pairwise: bool):
+    """Rows idx of X; for a precomputed Gram matrix also the matching columns."""
+    if pairwise:
+        return X[np.ix_(idx, idx)] if not sp.issparse(X) else X[idx][:, idx]
+    return X[idx]
+
+
+def _ovo_decision(pair_decisions, pairs, n_classes) -> np.ndarray:
+    """Votes plus a confidence tie-breaker in (-1/3, 1/3), as scikit-learn's OneVsOne.
+
+    Pair (k, l), k < l, has positive class l.
+    """
+    n = pair_decisions.shape[0]
+    votes = np.zeros((n, n_classes))
+    conf = np.zeros((n, n_classes))
+    for p, (k, l) in enumerate(pairs):
+        d = pair_decisions[:, p]
+        votes[:, l] += d > 0
+        votes[:, k] += d <= 0
+        conf[:, l] += d
+        conf[:, k] -= d
+    return votes + conf / (3.0 * (np.abs(conf) + 1.0))
+
+
+class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
+    """Base class of all margindist classifiers (see the module docstring)."""
+
+    #: Native multi-class methods set this and implement ``_fit_multiclass``.
+    _native_multiclass = False
+
+    # ------------------------------------------------------------------ hooks
+    def _fit_binary(self, X, y, sample_weight, kernel) -> BinaryModel:  # pragma: no cover
+        raise NotImplementedError
+
+    def _fit_multiclass(self, X, y_index, sample_weight, kernel):  # pragma: no cover
+        """Native multi-class fit: returns (coef (K, d), intercept (K,), n_iter, extra)."""
+        raise NotImplementedError
+
+    def _kernel_spec(self, X, sample_weight=None) -> KernelSpec | None:
+        """Resolve ``self.kernel`` on the training data; None for linear-only methods."""
+        if not hasattr(self, "kernel"):
+            return None
+        return resolve_kernel(
+            self.kernel,
+            X,
+            sample_weight=sample_weight,
+            gamma=getattr(self, "gamma", "scale"),
+            degree=getattr(self, "degree", 3),
+            coef0=getattr(self, "coef0", 0.0),
+            kernel_params=getattr(self, "kernel_params", None),
+        )
+
+    def _accepts_sparse(self) -> bool:
+        return getattr(self, "kernel", None) != "precomputed"
+
+    def _pairwise(self) -> bool:
+        return getattr(self, "kernel", None) == "precomputed"
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = self._accepts_sparse()
+        tags.input_tags.pairwise = self._pairwise()
+        tags.classifier_tags.multi_class = True
+        return tags
+
+    # ------------------------------------------------------------------ validation
+    def _validate_X(self, X, reset: bool):
+        return validate_data(
+            self,
+            X,
+            reset=reset,
+            accept_sparse="csr" if self._accepts_sparse() else False,
+            dtype=[np.float64, np.float32],
+        )
+
+    def _check_pairwise_shape(self, X, fit: bool):
+        if not self._pairwise():
+            return
+        if fit and X.shape[0] != X.shape[1]:
+            raise ValueError(
+                f"kernel='precomputed' needs a square Gram matrix at fit; got shape {X.shape}."
+            )
+        if not fit and X.shape[1] != self.shape_fit_[0]:
+            raise ValueError(
+                f"kernel='precomputed': X must be K(X_test, X_train) with {self.shape_fit_[0]} "
+                f"columns (the number of training samples); got {X.shape[1]}."
+            )
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, X, y, sample_weight=None):
+        """Fit the model.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Training data (or the (n_samples, n_samples) Gram matrix for
+            ``kernel="precomputed"``).
+        y : array-like of shape (n_samples,)
+            Class labels of any type (ints, strings ...). Two classes are handled natively;
+            more through ``multi_class`` (or natively where the method is multi-class).
+        sample_weight : array-like of shape (n_samples,), optional
+            Non-negative per-sample weights, multiplied by ``class_weight``. Weight 0 is the
+            same as leaving the sample out; an integer weight k the same as k copies.
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        X, y = validate_data(
+            self,
+            X,
+            y,
+            accept_sparse="csr" if self._accepts_sparse() else False,
+            dtype=[np.float64, np.float32],
+        )
+        check_classification_targets(y)
+        self._check_pairwise_shape(X, fit=True)
+        classes, y_index = np.unique(y, return_inverse=True)
+        if classes.size < 2:
+            raise ValueError(
+                f"{type(self).__name__} needs samples of at least 2 classes in the data; "
+                f"got only one class: {classes[0]!r}."
+            )
+        sw = combined_sample_weight(sample_weight, getattr(self, "class_weight", None), X, y, classes)
+        self.classes_ = classes
+        self.shape_fit_ = X.shape
+
+        keep = np.flatnonzero(sw > 0)
+        if keep.size < X.shape[0]:
+            X_fit, y_fit, sw_fit = _take_rows(X, keep, self._pairwise()), y_index[keep], sw[keep]
+            if np.unique(y_fit).size < 2:
+                raise ValueError("After removing samples of weight 0, only one class is left.")
+        else:
+            keep, X_fit, y_fit, sw_fit = None, X, y_index, sw
+        spec = self._kernel_spec(X_fit, sw_fit)
+        get_logger(getattr(self, "verbose", 0))
+
+        K = classes.size
+        if self._native_multiclass:
+            coef, intercept, n_iter, extra = self._fit_multiclass(X_fit, y_fit, sw_fit, spec)
+            self.coef_ = np.asarray(coef)
+            self.intercept_ = np.asarray(intercept, dtype=self.coef_.dtype)
+            self.n_iter_ = n_iter
+            self._set_extra([extra])
+            self._kernel_fit_ = None
+            self.problems_ = "native"
+            return self
+
+        problems = self._binary_problems(y_fit, K)
+        models = self._fit_problems(X_fit, y_fit, sw_fit, spec, problems)
+        self._assemble(X_fit, models, problems, spec, keep)
+        return self
+
+    def _binary_problems(self, y_index, K):
+        """List of (row indices or None for all rows, y in {-1, +1}, (neg, pos) class indices)."""
+        if K == 2:
+            return [(None, np.where(y_index == 1, 1.0, -1.0), (0, 1))]
+        strategy = getattr(self, "multi_class", "ovr")
+        if strategy == "ovr":
+            return [(None, np.where(y_index == k, 1.0, -1.0), (None, k)) for k in range(K)]
+        if strategy == "ovo":
+            out = []
+            for k, l in combinations(range(K), 2):
+                rows = np.flatnonzero((y_index == k) | (y_index == l))
+                out.append((rows, np.where(y_index[rows] == l, 1.0, -1.0), (k, l)))
+            return out
+        raise ValueError(f"multi_class must be 'ovr' or 'ovo'; got {strategy!r}.")
+
+    def _fit_problems(self, X, y_index, sw, spec, problems):
+        pairwise = self._pairwise()
+
+        def one(rows, y_pm):
+            if rows is None:
+                return self._fit_binary(X, y_pm, sw, spec)
+            return self._fit_binary(_take_rows(X, rows, pairwise), y_pm, sw[rows], spec)
+
+        n_jobs = getattr(self, "n_jobs", None)
+        if len(problems) == 1 or n_jobs in (None, 1):
+            return [one(rows, y_pm) for rows, y_pm, _ in problems]
+        return Parallel(n_jobs=n_jobs)(delayed(one)(rows, y_pm) for rows, y_pm, _ in problems)
+
+    def _assemble(self, X, models, problems, spec, keep):
+        """Store fitted state of all sub-problems in scikit-learn's attribute layout."""
+        P = len(models)
+        self.problems_ = [cls for _, _, cls in problems] if P > 1 else "binary"
+        self.n_iter_ = models[0].n_iter if P == 1 else np.array([m.n_iter for m in models])
+        self._set_extra([m.extra for m in models])
+        intercept = np.array([m.intercept for m in models], dtype=np.float64)
+        if models[0].coef is not None:
+            coef = np.vstack([np.asarray(m.coef).ravel() for m in models])
+            self.coef_ = coef.astype(X.dtype, copy=False) if X.dtype == np.float32 else coef
+            self.intercept_ = intercept.astype(self.coef_.dtype)
+            self.weight_norm_ = np.linalg.norm(self.coef_.astype(np.float64), axis=1)
+            self._kernel_fit_ = None
+            return
+        # kernel expansion: map each problem's dual coefficients to global training rows
+        m = X.shape[0]
+        full = np.zeros((P, m))
+        for p, (model, (rows, _, _)) in enumerate(zip(models, problems)):
+            dc = np.asarray(model.dual_coef, dtype=np.float64).ravel()
+            if rows is None:
+                full[p] = dc
+            else:
+                full[p, rows] = dc
+        support = np.flatnonzero(np.any(full != 0, axis=0))
+        self.dual_coef_ = full[:, support]
+        self.intercept_ = intercept
+        self._kernel_fit_ = spec
+        if self._pairwise():
+            sv_gram = X[np.ix_(support, support)]
+            self.support_vectors_ = np.empty((0, 0))
+            self.weight_norm_ = np.sqrt(rkhs_norm_sq(spec, sv_gram, self.dual_coef_.T))
+        else:
+            self.support_vectors_ = X[support]
+            self.weight_norm_ = np.sqrt(rkhs_norm_sq(spec, self.support_vectors_, self.dual_coef_.T))
+        # indices into the X given to fit (before weight-0 rows were dropped)
+        self.support_ = support if keep is None else keep[support]
+        self.n_support_ = np.array([np.count_nonzero(full[p]) for p in range(P)])
+
+    def _set_extra(self, extras):
+        """Hook: a subclass turns per-problem ``BinaryModel.extra`` dicts into attributes."""
+
+    # ------------------------------------------------------------------ predict
+    def _raw_decision(self, X) -> np.ndarray:
+        """Decision values of every sub-problem, shape (n, P)."""
+        check_is_fitted(self)
+        X = self._validate_X(X, reset=False)
+        self._check_pairwise_shape(X, fit=False)
+        if getattr(self, "_kernel_fit_", None) is None:
+            D = X @ self.coef_.T
+            return np.asarray(D, dtype=np.float64) + self.intercept_
+        if self._pairwise():
+            return np.asarray(X[:, self.support_] @ self.dual_coef_.T) + self.intercept_
+        return kernel_decision(self._kernel_fit_, X, self.support_vectors_, self.dual_coef_.T) + self.intercept_
+
+    def decision_function(self, X) -> np.ndarray:
+        """Decision values: shape (n,) for two classes (positive means ``classes_[1]``), else
+        (n, K) with one column per class (argmax is the prediction)."""
+        D = self._raw_decision(X)
+        K = self.classes_.size
+        if self.problems_ == "native":
+            return D[:, 1] - D[:, 0] if K == 2 else D
+        if K == 2:
+            return D[:, 0]
+        if isinstance(self.problems_, list) and self.problems_ and self.problems_[0][0] is not None:
+            return _ovo_decision(D, self.problems_, K)
+        return D
+
+    def predict(self, X) -> np.ndarray:
+        """Predicted class labels, consistent with :meth:`decision_function`."""
+        D = self.decision_function(X)
+        if D.ndim == 1:
+            return self.classes_[(D > 0).astype(int)]
+        return self.classes_[np.argmax(D, axis=1)]
+
+    def margins(self, X, y) -> np.ndarray:
+        """Normalised margins of the labelled examples (X, y).
+
+        Binary: y_i f(x_i) / ||w||, with y_i = +1 for ``classes_[1]`` and ||w|` the Euclidean
+        norm of ``coef_`` (linear) or the RKHS norm of the kernel expansion (the intercept is
+        not part of the norm). Multi-class one-vs-rest: the normalised score of the true class
+        minus the best other normalised score; one-vs-one: the smallest normalised margin of
+        the pairwise classifiers that involve the true class. Native multi-class models
+        (one weight vector per class): the smallest pairwise margin
+        min_{k != y} ((w_y - w_k)^T x + b_y - b_k) / ||w_y - w_k|| (for two classes the binary
+        margin of w_1 - w_0). Negative margins are errors.
+        """
+        D = self._raw_decision(X)
+        y = np.asarray(y)
+        if y.shape[0] != D.shape[0]:
+            raise ValueError(f"X and y differ in length: {D.shape[0]} vs {y.shape[0]}.")
+        unknown = ~np.isin(y, self.classes_)
+        if unknown.any():
+            raise ValueError(f"y contains labels not seen in fit: {np.unique(y[unknown])[:5]}.")
+        y_index = np.searchsorted(self.classes_, y)
+        if self.problems_ == "native":
+            return self._native_margins(D, y_index)
+        D = D / np.where(self.weight_norm_ > 0, self.weight_norm_, 1.0)
+        if self.classes_.size == 2:
+            return np.where(y_index == 1, 1.0, -1.0) * D[:, 0]
+        return self._multiclass_margins(D, y_index)
+
+    def _native_margins(self, D, y_index):
+        W = np.asarray(self.coef_, dtype=np.float64)
+        sq = np.einsum("ij,ij->i", W, W)
+        pair_norm = np.sqrt(np.maximum(sq[:, None] + sq[None, :] - 2.0 * W @ W.T, 0.0))
+        pair_norm[pair_norm == 0] = 1.0
+        rows = np.arange(D.shape[0])
+        out = np.full(D.shape[0], np.inf)
+        for k in range(W.shape[0]):
+            pair = (D[rows, y_index] - D[:, k]) / pair_norm[y_index, k]
+            out = np.where(y_index == k, out, np.minimum(out, pair))
+        return out
+
+    def _multiclass_margins(self, D, y_index):
+        if self.problems_[0][0] is None:  # ovr
+            return multiclass_margins(D, y_index)
+        out = np.full(D.shape[0], np.inf)
+        for p, (k, l) in enumerate(self.problems_):
+            signed = np.where(y_index == l, D[:, p], -D[:, p])
+            involved = (y_index == k) | (y_index == l)
+            out = np.where(involved, np.minimum(out, signed), out)
+        return out

@@ -1,0 +1,2 @@
+"""One module per estimator. Estimators are thin: parameters, fit orchestration, fitted
+attributes; numerical work lives in :mod:`margindist.solvers`."""

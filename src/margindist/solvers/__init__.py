@@ -1,0 +1,1 @@
+"""Pure numerical routines on arrays (no estimator objects; nothing imported from ``models``)."""

@@ -1,0 +1,129 @@
+"""Least-squares SVM (Suykens et al. 2002): the kernel KKT system and the linear primal.
+
+Weighted formulation (sample weights s_i, s = 1 gives the textbook LS-SVM):
+
+    min_{w, b, e} 1/2 ||w||^2 + C/2 sum_i s_i e_i^2   s.t.   y_i (<w, phi(x_i)> + b) = 1 - e_i.
+
+Kernel dual (KKT system), Omega = Y G Y, D = diag(1 / (C s_i)):
+
+    [[0, y^T], [y, Omega + D]] [b; a] = [0; 1],    f(x) = sum_i a_i y_i k(x_i, x) + b.
+
+Solved by Cholesky of H = Omega + D (O(m^3), m x m memory) or conjugate gradients on H
+(two solves, H eta = y and H nu = 1; b = y^T nu / y^T eta, a = nu - b eta).
+
+Linear primal: since y_i^2 = 1, (1 - y_i f(x_i))^2 = (y_i - f(x_i))^2, so the problem is
+weighted ridge regression on the +-1 targets with an unpenalised intercept:
+(X_c^T S X_c + I / C) w = X_c^T S (y - ybar), b = ybar - xbar^T w (weighted centring).
+Solved by Cholesky of the d x d matrix (O(m d^2 + d^3)) or by CG with products through X
+(sparse X is never densified; centring is applied implicitly).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import scipy.linalg as sla
+import scipy.sparse as sp
+from scipy.sparse.linalg import LinearOperator, cg
+
+from ..kernels import KernelSpec, kernel_decision, kernel_matrix
+
+
+def _cg(matvec, rhs, tol, max_iter):
+    n = rhs.shape[0]
+    op = LinearOperator((n, n), matvec=matvec, dtype=np.float64)
+    x, info = cg(op, rhs, rtol=tol, atol=0.0, maxiter=max_iter)
+    if info > 0:
+        raise RuntimeError(
+            f"Conjugate gradients did not reach rtol={tol} in {info} iterations; raise max_iter "
+            "or use solver='cholesky'."
+        )
+    return x, info
+
+
+def lssvm_kernel(spec: KernelSpec, X, y, sample_weight, C, *, solver="cholesky", tol=1e-10,
+                 max_iter=None, max_bytes=None):
+    """Solve the LS-SVM KKT system. Returns (dual_coef = a * y, b, n_iter)."""
+    y = np.asarray(y, dtype=np.float64)
+    d = 1.0 / (C * np.asarray(sample_weight, dtype=np.float64))
+    m = y.shape[0]
+    gram_fits = max_bytes is None or 8 * m * m <= max_bytes
+    if spec.kind == "precomputed":
+        G = np.asarray(X, dtype=np.float64)
+    elif solver == "cholesky" or gram_fits:
+        G = kernel_matrix(spec, X)
+    else:
+        G = None
+    if solver == "cholesky":
+        H = (y[:, None] * G) * y[None, :]
+        H[np.diag_indices(m)] += d
+        rhs = np.column_stack([y, np.ones(m)])
+        try:
+            sol = sla.cho_solve(sla.cho_factor(H, lower=True, check_finite=False), rhs, check_finite=False)
+        except np.linalg.LinAlgError:
+            warnings.warn(
+                "The kernel matrix is not positive semi-definite, so the LS-SVM system is "
+                "indefinite; solved it with a symmetric indefinite factorisation instead of "
+                "Cholesky. Check the kernel.",
+                UserWarning,
+                stacklevel=3,
+            )
+            sol = sla.solve(H, rhs, assume_a="sym", check_finite=False)
+        eta, nu = sol[:, 0], sol[:, 1]
+        n_iter = 1
+    else:
+        if G is not None:
+            def matvec(v):
+                return y * (G @ (y * v)) + d * v
+        else:
+            def matvec(v):
+                return y * kernel_decision(spec, X, X, y * v) + d * v
+        counter = {"n": 0}
+
+        def counted(v):
+            counter["n"] += 1
+            return matvec(np.asarray(v).ravel())
+
+        eta, _ = _cg(counted, y, tol, max_iter)
+        nu, _ = _cg(counted, np.ones(m), tol, max_iter)
+        n_iter = counter["n"]
+    b = float(y @ nu / (y @ eta))
+    a = nu - b * eta
+    return a * y, b, n_iter
+
+
+def lssvm_linear(X, y, sample_weight, C, *, solver="cholesky", tol=1e-10, max_iter=None):
+    """Weighted ridge form of the linear LS-SVM. Returns (w, b, n_iter)."""
+    y = np.asarray(y, dtype=np.float64)
+    s = np.asarray(sample_weight, dtype=np.float64)
+    S = s.sum()
+    xbar = np.asarray(X.T @ s, dtype=np.float64).ravel() / S
+    ybar = float(s @ y) / S
+    r = s * (y - ybar)
+    rhs = np.asarray(X.T @ r, dtype=np.float64).ravel() - xbar * r.sum()  # X_c^T S (y - ybar)
+    dim = X.shape[1]
+    if solver == "cholesky":
+        if sp.issparse(X):
+            A = np.asarray((X.T @ X.multiply(s[:, None]).tocsr()).toarray(), dtype=np.float64)
+        else:
+            Xf = np.asarray(X, dtype=np.float64)
+            A = Xf.T @ (Xf * s[:, None])
+        A -= S * np.outer(xbar, xbar)
+        A[np.diag_indices(dim)] += 1.0 / C
+        w = sla.cho_solve(sla.cho_factor(A, lower=True, check_finite=False), rhs, check_finite=False)
+        n_iter = 1
+    else:
+        counter = {"n": 0}
+
+        def matvec(v):
+            counter["n"] += 1
+            v = np.asarray(v).ravel()
+            Xv = np.asarray(X @ v, dtype=np.float64).ravel() - xbar @ v
+            t = s * Xv
+            return np.asarray(X.T @ t, dtype=np.float64).ravel() - xbar * t.sum() + v / C
+
+        w, _ = _cg(matvec, rhs, tol, max_iter)
+        n_iter = counter["n"]
+    b = ybar - float(xbar @ w)
+    return w, b, n_iter

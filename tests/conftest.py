@@ -1,0 +1,35 @@
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+_REPO = Path(__file__).resolve().parents[1]
+_SHARED = _REPO.parent / "shared" / "datasets"
+
+# Tests read real data through the library's loader: MARGINDIST_DATA wins, else the shared
+# data directory beside the checkout (when present).
+if not os.environ.get("MARGINDIST_DATA") and _SHARED.is_dir():
+    os.environ["MARGINDIST_DATA"] = str(_SHARED)
+
+
+def shared_data_dir():
+    """The data directory with the full CSV collection, or None."""
+    for part in os.environ.get("MARGINDIST_DATA", "").split(os.pathsep):
+        p = Path(part)
+        if part and (p / "manifest.json").is_file():
+            return p
+    return None
+
+
+@pytest.fixture
+def data_dir():
+    d = shared_data_dir()
+    if d is None:
+        pytest.skip("no data directory with manifest.json (set MARGINDIST_DATA)")
+    return d
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)

@@ -1,0 +1,58 @@
+"""scikit-learn's common estimator checks over every public margindist estimator.
+
+Estimators are discovered from the ``margindist.models`` package, so a new estimator module is
+covered without editing this file. Each estimator is checked with its defaults and, when it
+takes a ``kernel``, with ``kernel="rbf"`` and ``kernel="precomputed"`` as well. An estimator
+lists the checks it is known to fail, each with its reason, in a class attribute
+``_expected_failed_checks = {"check_name": "reason"}``.
+"""
+
+import importlib
+import inspect
+import pkgutil
+
+import margindist.models
+from sklearn.base import BaseEstimator
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+
+def discover_estimators():
+    found = {}
+    for info in pkgutil.iter_modules(margindist.models.__path__):
+        module = importlib.import_module(f"margindist.models.{info.name}")
+        for name, obj in vars(module).items():
+            if (
+                inspect.isclass(obj)
+                and issubclass(obj, BaseEstimator)
+                and obj.__module__ == module.__name__
+                and not name.startswith("_")
+                and not inspect.isabstract(obj)
+            ):
+                found[name] = obj
+    return [found[k] for k in sorted(found)]
+
+
+def estimator_instances():
+    out = []
+    for cls in discover_estimators():
+        est = cls()
+        out.append(est)
+        params = est.get_params()
+        if "kernel" in params:
+            out.append(cls(kernel="rbf"))
+            out.append(cls(kernel="precomputed"))
+    return out
+
+
+def test_discovery_finds_estimators():
+    names = {cls.__name__ for cls in discover_estimators()}
+    assert {"MAMC", "LSSVM"} <= names
+
+
+def _expected_failures(est):
+    return dict(getattr(est, "_expected_failed_checks", {}))
+
+
+@parametrize_with_checks(estimator_instances(), expected_failed_checks=_expected_failures)
+def test_sklearn_compatible_estimator(estimator, check):
+    check(estimator)
