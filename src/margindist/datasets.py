@@ -223,9 +223,15 @@ def read_arff(path) -> tuple[np.ndarray, np.ndarray, list[str]]:
                 feat_names.extend(f"{name}={v}" for v in values)
     X = np.hstack(columns) if columns else np.empty((len(rows), 0))
     labels = [fields[target] for _, fields in rows]
-    if "?" in labels:
-        lineno = rows[labels.index("?")][0]
-        raise DatasetFormatError(f"{path}: line {lineno}: missing class label '?'.")
+    allowed = attrs[target][1]
+    for lineno, fields in rows:
+        label = fields[target]
+        if label == "?":
+            raise DatasetFormatError(f"{path}: line {lineno}: missing class label '?'.")
+        if allowed is not None and label not in allowed:
+            raise DatasetFormatError(
+                f"{path}: line {lineno}: class {attrs[target][0]!r}: {label!r} is not one of {allowed}."
+            )
     return X, _convert_labels(labels), feat_names
 
 

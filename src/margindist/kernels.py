@@ -203,7 +203,7 @@ def _row_sq_norms(X) -> np.ndarray:
 
 
 def rkhs_norm_sq(spec: KernelSpec, Z, coef, *, max_bytes: int = DEFAULT_BLOCK_BYTES) -> np.ndarray:
-    """Squared RKHS norms ``c_p^T K(Z, Z) c_p`` for each column c_p of coef (n_Z, k) or (n_Z,)."""
+    """Squared RKHS norms ``c_p^T K(Z, Z) c_p``: shape (k,) for coef (n_Z, k), a scalar for (n_Z,)."""
     coef = np.asarray(coef, dtype=np.float64)
     if spec.kind == "precomputed":
         Kc = np.asarray(Z, dtype=np.float64) @ coef

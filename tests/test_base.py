@@ -1,0 +1,220 @@
+"""The shared estimator plumbing: validation, labels, weights, multi-class, margins, plots."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.datasets import make_blobs
+from sklearn.metrics.pairwise import pairwise_kernels
+from sklearn.multiclass import OneVsOneClassifier, OneVsRestClassifier
+from sklearn.preprocessing import MinMaxScaler
+
+from margindist.datasets import load_dataset
+from margindist.metrics import margin_stats
+from margindist.models.lssvm import LSSVM
+from margindist.models.mamc import MAMC
+from margindist.plotting import plot_margin_cdf
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    X, y = make_blobs(n_samples=120, centers=4, n_features=3, random_state=0, cluster_std=2.0)
+    return X, y
+
+
+# ---------------------------------------------------------------- bad input
+@pytest.mark.parametrize("Est", [MAMC, LSSVM])
+def test_bad_input_messages(Est):
+    X = np.random.default_rng(0).normal(size=(10, 3))
+    y = np.array([0, 1] * 5)
+    bad = X.copy()
+    bad[2, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        Est().fit(bad, y)
+    bad[2, 1] = np.inf
+    with pytest.raises(ValueError, match="infinity"):
+        Est().fit(bad, y)
+    with pytest.raises(ValueError, match="0 sample"):
+        Est().fit(np.empty((0, 3)), np.empty(0))
+    with pytest.raises(ValueError, match="at least 2 classes.*only one class"):
+        Est().fit(X, np.ones(10))
+    est = Est().fit(X, y)
+    with pytest.raises(ValueError, match="3 features"):
+        est.predict(X[:, :2])
+    with pytest.raises(ValueError, match="NaN"):
+        est.predict(np.full((1, 3), np.nan))
+    with pytest.raises(ValueError, match="(?i)negative"):
+        Est().fit(X, y, sample_weight=-np.ones(10))
+    with pytest.raises(ValueError, match="at least one non-zero"):
+        Est().fit(X, y, sample_weight=np.zeros(10))
+    with pytest.raises(ValueError, match="kernel"):
+        Est(kernel="gauss").fit(X, y)
+    with pytest.raises(ValueError, match="multi_class"):
+        Est(multi_class="all").fit(X, y)
+    with pytest.raises(ValueError, match="square Gram matrix"):
+        Est(kernel="precomputed").fit(X, y)
+    with pytest.raises(ValueError, match="not seen in fit"):
+        est.margins(X, np.full(10, 7))
+
+
+def test_invalid_numeric_parameters():
+    X, y = np.eye(4), np.array([0, 1, 0, 1])
+    with pytest.raises(ValueError, match="'C' parameter of LSSVM must be a float in the range \\(0"):
+        LSSVM(C=-1.0).fit(X, y)
+    with pytest.raises(ValueError, match="'gamma' parameter"):
+        LSSVM(kernel="rbf", gamma=0).fit(X, y)
+    with pytest.raises(ValueError, match="'bias' parameter of MAMC"):
+        MAMC(bias="mean").fit(X, y)
+
+
+def test_precomputed_test_shape():
+    X = np.random.default_rng(0).normal(size=(12, 3))
+    y = np.array([0, 1] * 6)
+    est = LSSVM(kernel="precomputed").fit(X @ X.T, y)
+    with pytest.raises(ValueError, match="expecting 12 features"):
+        est.predict(X[:3] @ X[:5].T)
+    np.testing.assert_allclose(est.decision_function(X @ X.T), LSSVM().fit(X, y).decision_function(X),
+                               rtol=1e-8, atol=1e-10)
+
+
+# ---------------------------------------------------------------- labels and multi-class
+def test_string_labels_and_classes(blobs):
+    X, y = blobs
+    names = np.array(["ant", "bee", "cat", "dog"])[y]
+    est = LSSVM().fit(X, names)
+    assert list(est.classes_) == ["ant", "bee", "cat", "dog"]
+    assert set(est.predict(X)) <= set(names)
+    bin_names = np.where(y < 2, "no", "yes")
+    b = LSSVM().fit(X, bin_names)
+    d = b.decision_function(X)
+    assert d.shape == (len(y),)
+    np.testing.assert_array_equal(b.predict(X), np.where(d > 0, "yes", "no"))
+
+
+@pytest.mark.parametrize("strategy, Wrapper", [("ovr", OneVsRestClassifier), ("ovo", OneVsOneClassifier)])
+def test_multiclass_matches_sklearn_wrappers(blobs, strategy, Wrapper):
+    X, y = blobs
+    ours = LSSVM(C=2.0, multi_class=strategy).fit(X, y)
+    ref = Wrapper(LSSVM(C=2.0)).fit(X, y)
+    D = ours.decision_function(X)
+    assert D.shape == (len(y), 4)
+    np.testing.assert_allclose(D, ref.decision_function(X), rtol=1e-8, atol=1e-8)
+    np.testing.assert_array_equal(ours.predict(X), ref.predict(X))
+    np.testing.assert_array_equal(ours.predict(X), ours.classes_[D.argmax(axis=1)])
+    n_problems = 4 if strategy == "ovr" else 6
+    assert ours.coef_.shape == (n_problems, 3)
+
+
+def test_parallel_subproblems_equal_serial(blobs):
+    X, y = blobs
+    for strategy in ("ovr", "ovo"):
+        serial = LSSVM(kernel="rbf", multi_class=strategy).fit(X, y)
+        parallel = LSSVM(kernel="rbf", multi_class=strategy, n_jobs=2).fit(X, y)
+        np.testing.assert_allclose(parallel.decision_function(X), serial.decision_function(X), rtol=1e-12)
+
+
+def test_kernel_multiclass_shares_support_vectors(blobs):
+    X, y = blobs
+    est = MAMC(kernel="rbf", multi_class="ovo").fit(X, y)
+    assert est.dual_coef_.shape == (6, len(est.support_))
+    np.testing.assert_array_equal(est.support_vectors_, X[est.support_])
+    # every pairwise problem uses only the rows of its two classes
+    for p, (k, l) in enumerate(est.problems_):
+        rows = np.isin(y[est.support_], [k, l])
+        assert np.all(est.dual_coef_[p, ~rows] == 0)
+        assert est.n_support_[p] == np.count_nonzero(rows)
+
+
+# ---------------------------------------------------------------- weights
+def test_class_weight_is_sample_weight():
+    X, y = load_dataset("haberman")
+    X = MinMaxScaler().fit_transform(X)
+    cw = {"negative": 1.0, "positive": 3.0}
+    a = LSSVM(class_weight=cw).fit(X, y)
+    b = LSSVM().fit(X, y, sample_weight=np.where(y == "positive", 3.0, 1.0))
+    np.testing.assert_allclose(a.decision_function(X), b.decision_function(X), rtol=1e-10)
+    balanced = LSSVM(class_weight="balanced").fit(X, y)
+    y_index = (y == "positive").astype(int)
+    sw = (len(y) / (2 * np.bincount(y_index)))[y_index]
+    c = LSSVM().fit(X, y, sample_weight=sw)
+    np.testing.assert_allclose(balanced.decision_function(X), c.decision_function(X), rtol=1e-10)
+    # the minority class is predicted more often with balanced weights
+    assert np.mean(balanced.predict(X) == "positive") > np.mean(LSSVM().fit(X, y).predict(X) == "positive")
+
+
+def test_zero_weight_is_absent(blobs):
+    X, y = blobs
+    w = np.ones(len(y))
+    w[::3] = 0
+    for est in (LSSVM(kernel="rbf"), MAMC(kernel="rbf"), LSSVM(multi_class="ovo")):
+        a = est.fit(X, y, sample_weight=w)
+        Da = a.decision_function(X)
+        b = est.fit(X[w > 0], y[w > 0])
+        np.testing.assert_allclose(Da, b.decision_function(X), rtol=1e-10, atol=1e-12)
+    # support_ indexes the rows given to fit, also when weight-0 rows were dropped
+    k = MAMC(kernel="rbf").fit(X, y, sample_weight=w)
+    assert np.all(w[k.support_] > 0)
+
+
+def test_float32_kept_for_linear():
+    X, y = make_blobs(60, centers=2, random_state=1)
+    est = LSSVM().fit(X.astype(np.float32), y)
+    assert est.coef_.dtype == np.float32
+    assert est.decision_function(X.astype(np.float32)).shape == (60,)
+
+
+# ---------------------------------------------------------------- margins and plots
+def test_margins_binary_linear_and_kernel():
+    X, y = load_dataset("sonar")
+    X = MinMaxScaler().fit_transform(X)
+    y_pm = np.where(y == np.unique(y)[1], 1.0, -1.0)
+    lin = LSSVM().fit(X, y)
+    np.testing.assert_allclose(lin.margins(X, y), y_pm * lin.decision_function(X) / np.linalg.norm(lin.coef_),
+                               rtol=1e-12)
+    ker = LSSVM(kernel="rbf", gamma=0.1).fit(X, y)
+    K = pairwise_kernels(ker.support_vectors_, metric="rbf", gamma=0.1)
+    a = ker.dual_coef_[0]
+    np.testing.assert_allclose(ker.margins(X, y), y_pm * ker.decision_function(X) / np.sqrt(a @ K @ a),
+                               rtol=1e-10)
+    stats = margin_stats(ker.margins(X, y))
+    assert stats["frac_negative"] == pytest.approx(1 - ker.score(X, y))
+
+
+def test_margins_multiclass(blobs):
+    X, y = blobs
+    ovr = LSSVM().fit(X, y)
+    S = ovr.decision_function(X) / ovr.weight_norm_
+    expected = S[np.arange(len(y)), y] - np.max(np.where(np.eye(4)[y] > 0, -np.inf, S), axis=1)
+    np.testing.assert_allclose(ovr.margins(X, y), expected, rtol=1e-12)
+    ovo = LSSVM(multi_class="ovo").fit(X, y)
+    m = ovo.margins(X, y)
+    # a sample is misclassified by some pairwise classifier iff its margin is negative
+    raw = ovo._raw_decision(X)
+    wrong_pair = np.zeros(len(y), dtype=bool)
+    for p, (k, l) in enumerate(ovo.problems_):
+        wrong_pair |= ((y == l) & (raw[:, p] <= 0)) | ((y == k) & (raw[:, p] > 0))
+    np.testing.assert_array_equal(m < 0, wrong_pair)
+
+
+def test_plot_margin_cdf(tmp_path):
+    X, y = load_dataset("australian")
+    X = MinMaxScaler().fit_transform(X)
+    models = {"MAMC": MAMC().fit(X, y), "LSSVM": LSSVM().fit(X, y)}
+    ax = plot_margin_cdf(models, X, y, title="australian")
+    assert len(ax.get_lines()) >= 2
+    assert "margin" in ax.get_xlabel() and "cumulative" in ax.get_ylabel()
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[0].startswith("MAMC (mean")
+    out = tmp_path / "cdf.png"
+    ax.figure.savefig(out)
+    assert out.stat().st_size > 1000
+    # margins given directly
+    ax2 = plot_margin_cdf({"a": [0.1, 0.2, -0.1]}, show_stats=False)
+    assert [t.get_text() for t in ax2.get_legend().get_texts()] == ["a"]
+    with pytest.raises(ValueError, match="X and y"):
+        plot_margin_cdf(models)
+    with pytest.raises(ValueError, match="2 labels for 1"):
+        plot_margin_cdf([np.ones(3)], labels=["a", "b"])

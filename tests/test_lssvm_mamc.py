@@ -1,0 +1,137 @@
+"""LSSVM and MAMC against independent computations (KKT system, closed forms)."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.linear_model import Ridge
+from sklearn.metrics.pairwise import pairwise_kernels
+from sklearn.preprocessing import MinMaxScaler
+
+from margindist.datasets import load_dataset
+from margindist.models.lssvm import LSSVM
+from margindist.models.mamc import MAMC
+
+
+@pytest.fixture(scope="module")
+def heart():
+    X, y = load_dataset("heart")
+    return MinMaxScaler().fit_transform(X), y
+
+
+def kkt_solve(K, y_pm, C, s):
+    """Direct dense solve of [[0, y^T], [y, Omega + D]] [b; a] = [0; 1]."""
+    m = len(y_pm)
+    A = np.zeros((m + 1, m + 1))
+    A[0, 1:] = y_pm
+    A[1:, 0] = y_pm
+    A[1:, 1:] = np.outer(y_pm, y_pm) * K + np.diag(1.0 / (C * s))
+    sol = np.linalg.solve(A, np.r_[0.0, np.ones(m)])
+    return sol[1:], sol[0]
+
+
+@pytest.mark.parametrize("kernel, params", [("rbf", {"gamma": 0.3}), ("poly", {"gamma": 0.5, "degree": 2, "coef0": 1.0})])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_lssvm_kernel_equals_kkt_solve(heart, kernel, params, weighted, rng):
+    X, y = heart
+    s = rng.uniform(0.5, 2.0, size=len(y)) if weighted else np.ones(len(y))
+    y_pm = np.where(y == np.unique(y)[1], 1.0, -1.0)
+    est = LSSVM(C=3.0, kernel=kernel, **params).fit(X, y, sample_weight=s)
+    a, b = kkt_solve(pairwise_kernels(X, metric=kernel, **params), y_pm, 3.0, s)
+    Xt = X[:40] + 0.01
+    expected = pairwise_kernels(Xt, X, metric=kernel, **params) @ (a * y_pm) + b
+    np.testing.assert_allclose(est.decision_function(Xt), expected, rtol=1e-8, atol=1e-8)
+    assert est.intercept_[0] == pytest.approx(b, rel=1e-8, abs=1e-10)
+
+
+def test_lssvm_linear_primal_equals_kernel_kkt(heart, rng):
+    X, y = heart
+    s = rng.uniform(0.5, 2.0, size=len(y))
+    y_pm = np.where(y == np.unique(y)[1], 1.0, -1.0)
+    a, b = kkt_solve(X @ X.T, y_pm, 0.7, s)
+    est = LSSVM(C=0.7).fit(X, y, sample_weight=s)
+    np.testing.assert_allclose(est.coef_[0], X.T @ (a * y_pm), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(est.decision_function(X), X @ X.T @ (a * y_pm) + b, rtol=1e-8, atol=1e-8)
+    # the same problem is weighted ridge regression with alpha = 1/C (scikit-learn)
+    ridge = Ridge(alpha=1 / 0.7, solver="cholesky").fit(X, y_pm, sample_weight=s)
+    np.testing.assert_allclose(est.coef_[0], ridge.coef_, rtol=1e-8, atol=1e-10)
+
+
+def test_lssvm_cg_equals_cholesky(heart):
+    X, y = heart
+    for kernel in ("linear", "rbf"):
+        direct = LSSVM(C=2.0, kernel=kernel, solver="cholesky").fit(X, y)
+        cg = LSSVM(C=2.0, kernel=kernel, solver="cg", tol=1e-12).fit(X, y)
+        np.testing.assert_allclose(cg.decision_function(X), direct.decision_function(X), rtol=1e-6, atol=1e-8)
+        assert cg.n_iter_ > 1
+    # kernel CG with the Gram matrix recomputed in blocks (budget below the m x m matrix)
+    blocks = LSSVM(C=2.0, kernel="rbf", solver="cg", tol=1e-12, cache_size=0.01).fit(X, y)
+    np.testing.assert_allclose(blocks.decision_function(X), direct.decision_function(X), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("Est, kw", [(LSSVM, {}), (LSSVM, {"solver": "cg", "tol": 1e-12}), (MAMC, {}),
+                                     (LSSVM, {"kernel": "rbf", "gamma": 0.5}), (MAMC, {"kernel": "rbf", "gamma": 0.5})])
+def test_dense_equals_csr(heart, Est, kw):
+    X, y = heart
+    Xs = X.copy()
+    Xs[Xs < 0.3] = 0.0
+    dense = Est(**kw).fit(Xs, y)
+    sparse = Est(**kw).fit(sp.csr_matrix(Xs), y)
+    np.testing.assert_allclose(sparse.decision_function(sp.csr_matrix(Xs)), dense.decision_function(Xs),
+                               rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("Est, kw", [(LSSVM, {}), (LSSVM, {"kernel": "rbf"}), (MAMC, {}), (MAMC, {"bias": "zero"}),
+                                     (MAMC, {"kernel": "rbf"})])
+def test_weight_two_equals_duplicated_rows(heart, Est, kw):
+    X, y = heart
+    w = np.ones(len(y))
+    w[:30] = 2
+    a = Est(**kw).fit(X, y, sample_weight=w)
+    b = Est(**kw).fit(np.vstack([X, X[:30]]), np.r_[y, y[:30]])
+    np.testing.assert_allclose(a.decision_function(X), b.decision_function(X), rtol=1e-8, atol=1e-10)
+
+
+def test_mamc_linear_closed_form(heart):
+    X, y = heart
+    pos = y == np.unique(y)[1]
+    w = X[pos].mean(axis=0) - X[~pos].mean(axis=0)
+    w /= np.linalg.norm(w)
+    b = -0.5 * ((X[pos] @ w).mean() + (X[~pos] @ w).mean())
+    est = MAMC().fit(X, y)
+    np.testing.assert_allclose(est.coef_[0], w, rtol=1e-12)
+    assert est.intercept_[0] == pytest.approx(b, rel=1e-12)
+    assert est.weight_norm_[0] == pytest.approx(1.0)
+    # the paper's form: w proportional to sum_i y_i x_i, no bias
+    y_pm = np.where(pos, 1.0, -1.0)
+    zero = MAMC(bias="zero").fit(X, y)
+    np.testing.assert_allclose(zero.coef_[0], (X.T @ y_pm) / np.linalg.norm(X.T @ y_pm), rtol=1e-12)
+    assert zero.intercept_[0] == 0.0
+    # it maximises the average margin over unit vectors: any other unit direction does worse
+    avg = np.mean(y_pm * (X @ zero.coef_[0]))
+    for v in np.random.default_rng(1).normal(size=(50, X.shape[1])):
+        assert np.mean(y_pm * (X @ (v / np.linalg.norm(v)))) <= avg + 1e-12
+
+
+def test_mamc_kernel_parzen_window(heart):
+    X, y = heart
+    pos = y == np.unique(y)[1]
+    K = pairwise_kernels(X, metric="rbf", gamma=0.4)
+    c = np.where(pos, 1.0 / pos.sum(), -1.0 / (~pos).sum())
+    norm = np.sqrt(c @ K @ c)
+    f0 = K @ c / norm
+    b = -0.5 * (f0[pos].mean() + f0[~pos].mean())
+    est = MAMC(kernel="rbf", gamma=0.4).fit(X, y)
+    np.testing.assert_allclose(est.decision_function(X), f0 + b, rtol=1e-10)
+    assert est.weight_norm_[0] == pytest.approx(1.0)
+    # with a linear kernel the kernel path gives the linear model
+    lin = MAMC().fit(X, y)
+    kern = MAMC(kernel=lambda A, B: A @ B.T).fit(X, y)
+    np.testing.assert_allclose(kern.decision_function(X), lin.decision_function(X), rtol=1e-10, atol=1e-12)
+
+
+def test_lssvm_margins_are_pulled_to_one(heart):
+    """A large C drives every functional margin towards 1 (the LS-SVM constraint)."""
+    X, y = heart
+    est = LSSVM(C=1e6, kernel="rbf", gamma=5.0).fit(X, y)
+    raw = est.margins(X, y) * est.weight_norm_[0]
+    np.testing.assert_allclose(raw, 1.0, atol=1e-3)
