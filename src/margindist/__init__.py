@@ -11,6 +11,7 @@ from .datasets import list_datasets, load_dataset
 from .metrics import margin_stats, msvmav_bound_term, normalized_margins, semivariance
 from .models.lssvm import LSSVM
 from .models.mamc import MAMC
+from .plotting import plot_margin_cdf
 
 __all__ = [
     "LSSVM",
@@ -20,6 +21,7 @@ __all__ = [
     "margin_stats",
     "msvmav_bound_term",
     "normalized_margins",
+    "plot_margin_cdf",
     "semivariance",
     "__version__",
 ]

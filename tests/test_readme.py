@@ -1,0 +1,31 @@
+"""The README's example runs as written, and its commands are the ones CI uses."""
+
+import re
+import subprocess
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_readme_example_runs(tmp_path, monkeypatch, capsys):
+    text = README.read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert blocks, "README has no python example"
+    monkeypatch.chdir(tmp_path)
+    exec(compile(blocks[0], "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "MAMC: accuracy" in out and "LSSVM: accuracy" in out
+    assert (tmp_path / "margin_cdf.png").stat().st_size > 1000
+
+
+def test_ci_runs_the_readme_test_command():
+    root = README.parent
+    script = root / ".ci" / "run"
+    awk = re.search(r"cmd=\$\(awk '(.*?)' README.md\)", script.read_text()).group(1)
+    cmd = subprocess.run(["awk", awk, str(README)], capture_output=True, text=True, check=True).stdout.strip()
+    assert "pytest" in cmd and "pip install" in cmd
+    assert cmd in README.read_text()
