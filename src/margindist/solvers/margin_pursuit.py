@@ -111,7 +111,7 @@ def _psi1(u, kind):
     if kind == 1:
         a = abs(u)
         if a > 1e8:
-            lw = 2.0 * math.log(a) - _LOG2 + math.log1p(2.0 / a + 2.0 / (a * a))
+            lw = 2.0 * math.log(a) - _LOG2 + math.log1p((2.0 / a) * (1.0 + 1.0 / a))
         else:
             lw = math.log1p(a + 0.5 * a * a)
         return lw if u >= 0 else -lw
@@ -132,7 +132,7 @@ def _rho1(u, kind):
         if a < 1e-3:
             return a2 / 2.0 - a2 * a2 / 24.0 + a2 * a2 * a / 40.0 - a2 * a2 * a2 / 120.0
         if a > 1e8:
-            lw = 2.0 * math.log(a) - _LOG2 + math.log1p(2.0 / a + 2.0 / a2)
+            lw = 2.0 * math.log(a) - _LOG2 + math.log1p((2.0 / a) * (1.0 + 1.0 / a))
         else:
             lw = math.log1p(a + 0.5 * a2)
         return (1.0 + a) * lw - 2.0 * a + 2.0 * math.atan(a / (2.0 + a))
@@ -202,25 +202,27 @@ def mp_gradient(X, y, sample_weight, w, b=0.0, *, margin, scale, lam, influence=
 def weighted_op_norm_sq(X, weights, fit_intercept):
     """||diag(sqrt(weights)) [X, 1]||_op^2 (the column of ones only with ``fit_intercept``).
 
-    Small problems: exact (dense SVD or the eigenvalues of the small Gram matrix); otherwise
-    ARPACK (``svds``) on a linear operator, so sparse X is never densified, inflated by 1e-6
-    relative so that 1/L stays a safe step.
+    Up to 500 columns: the largest eigenvalue of the (d+1) x (d+1) Gram matrix A^T A (formed by
+    a sparse product for CSR X); otherwise ARPACK (``svds``) on a linear operator, inflated by
+    1e-6 relative so that 1/L stays a safe step. Sparse X is never densified.
     """
     n, d = X.shape
-    sq = np.sqrt(np.asarray(weights, dtype=np.float64))
+    w = np.asarray(weights, dtype=np.float64)
+    sq = np.sqrt(w)
     d1 = d + int(bool(fit_intercept))
-    if min(n, d1) <= 3 or (not sp.issparse(X) and n * d1 <= 250_000):
-        A = X.toarray() if sp.issparse(X) else np.asarray(X, dtype=np.float64)
-        A = sq[:, None] * A
+    if d1 <= 500 or min(n, d1) <= 3:
+        if sp.issparse(X):
+            Xw = sp.csr_matrix(X, dtype=np.float64).multiply(w[:, None]).tocsr()
+            G = np.asarray((X.T @ Xw).toarray(), dtype=np.float64)
+            c = np.asarray(Xw.sum(axis=0), dtype=np.float64).ravel()
+        else:
+            Xf = np.asarray(X, dtype=np.float64)
+            G = Xf.T @ (Xf * w[:, None])
+            c = Xf.T @ w
         if fit_intercept:
-            A = np.column_stack([A, sq])
-        return float(np.linalg.norm(A, 2) ** 2)
-    if not sp.issparse(X) and d1 <= 300:
-        A = sq[:, None] * np.asarray(X, dtype=np.float64)
-        G = A.T @ A
-        if fit_intercept:
-            c = A.T @ sq
-            G = np.block([[G, c[:, None]], [c[None, :], np.array([[sq @ sq]])]])
+            G = np.block([[G, c[:, None]], [c[None, :], np.array([[w.sum()]])]])
+        if not np.all(np.isfinite(G)):
+            return math.inf
         return float(np.linalg.eigvalsh(G)[-1]) * (1.0 + 1e-12)
 
     def matvec(v):
@@ -250,7 +252,7 @@ class GDResult:
     history: np.ndarray  # J at every iterate, the starting point included
     converged: bool
     rescaled: bool
-    rescale_iter: int | None  # index into history where the scale changed (None: no change)
+    rescale_iter: int | None  # history[:k] used the old scale, history[k:] the new (None: no change)
 
 
 def _check_finite(w, b, where):
@@ -281,7 +283,13 @@ def mp_gd(X, y, sample_weight, *, margin, scale, lam, influence="catoni_giulini"
     d = X.shape[1]
     w = np.zeros(d) if w0 is None else np.array(w0, dtype=np.float64)
     b = float(b0) if fit_intercept else 0.0
-    op2 = weighted_op_norm_sq(X, swn, fit_intercept)
+    with np.errstate(over="ignore", invalid="ignore"):
+        op2 = weighted_op_norm_sq(X, swn, fit_intercept)
+    if not np.isfinite(op2):
+        raise ValueError(
+            "The norm of X overflows: margin pursuit cannot take a step. Scale the features "
+            "(e.g. MinMaxScaler or StandardScaler)."
+        )
     s = float(scale)
     XTy = np.asarray(X.T @ (swn * y), dtype=np.float64).ravel()
     ysum = float(swn @ y)
@@ -545,7 +553,13 @@ def sgd_passes(X, y, sample_weight, state, *, n_passes, margin, lam, influence="
         data = np.empty(0, dtype=Xd.dtype)
         indices = np.empty(0, dtype=np.int32)
         indptr = np.zeros(1, dtype=np.int32)
-    row_sq = _row_sq_norms(X)
+    with np.errstate(over="ignore"):
+        row_sq = _row_sq_norms(X)
+    if not np.all(np.isfinite(row_sq)):
+        raise ValueError(
+            "The squared norms of some rows of X overflow: margin pursuit cannot take a step. "
+            "Scale the features (e.g. MinMaxScaler or StandardScaler)."
+        )
     k = int(batch_size)
     fbuf = np.empty(k)
     gbuf = np.empty(k)

@@ -1,0 +1,160 @@
+"""FMM: accelerated margin maximisation, checked against the hard-margin SVM.
+
+The hard-margin reference is computed twice, independently: scikit-learn's SVC with C = 1e8 on
+origin-symmetric data (for every (x, y) also (-x, -y), so the optimal hyperplane passes through
+the origin and SVC's unpenalised bias is 0), and the dual min_{q in simplex} ||Z^T q|| solved
+by scipy's non-negative least squares.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.optimize import nnls
+from sklearn.datasets import load_iris
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.svm import SVC
+
+from margindist.models.fmm import FMM
+from margindist.solvers.fmm import fmm
+
+
+def _separable(n=60, d=5, seed=0, gap=0.1):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    w = rng.normal(size=d)
+    s = X @ w / np.linalg.norm(w)
+    X, s = X[np.abs(s) > gap], s[np.abs(s) > gap]
+    y = np.sign(s)
+    return np.vstack([X, -X]), np.r_[y, -y]  # origin-symmetric
+
+
+def _svc_margin(X, y):
+    svc = SVC(kernel="linear", C=1e8, tol=1e-10).fit(X, y)
+    assert abs(svc.intercept_[0]) < 1e-6  # symmetric data: the SVM passes through the origin
+    return 1.0 / np.linalg.norm(svc.coef_)
+
+
+def _dual_margin(Z):
+    """min_{q in simplex} ||Z^T q|| (the hard margin of the rows z_i = y_i x_i).
+
+    Non-negative least squares with the equality sum(q) = 1 as a heavily weighted extra row;
+    q is renormalised onto the simplex afterwards, so the value is an exact ||Z^T q|| for a
+    feasible q (an upper bound of the hard margin, tight to the NNLS accuracy).
+    """
+    n = Z.shape[0]
+    M = 1e4
+    q, _ = nnls(np.vstack([Z.T, M * np.ones(n)]), np.r_[np.zeros(Z.shape[1]), M], maxiter=100 * n)
+    return np.linalg.norm(Z.T @ (q / q.sum()))
+
+
+def test_margin_reaches_the_hard_margin_svm():
+    X, y = _separable()
+    gamma = _svc_margin(X, y)
+    assert _dual_margin(y[:, None] * X) == pytest.approx(gamma, rel=1e-5)
+    est = FMM(max_iter=4000, fit_intercept=False).fit(X, y)
+    R = np.linalg.norm(X, axis=1).max()
+    assert est.margin_ * R == pytest.approx(gamma, rel=2e-4)
+    # a margin never exceeds the hard margin and the dual bound never falls below it (up to
+    # SVC's own accuracy: C = 1e8 is not quite C = infinity)
+    assert est.margin_ * R <= gamma * (1 + 1e-6)
+    assert est.dual_bound_ * R >= gamma * (1 - 1e-6)
+    # the library's margins() (norm of coef_, no intercept here) agree with margin_
+    assert est.margins(X, y).min() == pytest.approx(est.margin_ * R, rel=1e-10)
+
+
+def test_margin_with_intercept_is_the_augmented_hard_margin():
+    X, y = _separable(seed=1)
+    X = X + 0.5  # not symmetric about the origin any more
+    est = FMM(max_iter=3000, fit_intercept=True).fit(X, y)
+    Xa = np.column_stack([X, np.ones(len(y))])
+    R = np.linalg.norm(Xa, axis=1).max()
+    gamma = _dual_margin(y[:, None] * Xa)
+    assert est.margin_ * R == pytest.approx(gamma, rel=1e-3)
+    assert est.score(X, y) == 1.0
+
+
+def test_accelerated_gap_shrinks_like_t_squared_faster_than_ngd():
+    X, y = _separable(n=100, seed=2)
+    R = np.linalg.norm(X, axis=1).max()
+    gamma = _svc_margin(X, y) / R  # in the scaled units of the solver
+    T = 3000
+    acc = fmm(X, y, max_iter=T, fit_intercept=False)
+    ngd = fmm(X, y, max_iter=T, fit_intercept=False, momentum=False)
+    gap_acc, gap_ngd = gamma - acc.margins, gamma - ngd.margins
+    ts = np.array([300, 1000, 3000])
+    slope_acc = np.polyfit(np.log(ts), np.log(gap_acc[ts - 1]), 1)[0]
+    slope_ngd = np.polyfit(np.log(ts), np.log(gap_ngd[ts - 1]), 1)[0]
+    assert slope_acc < -1.6  # ~ t^-2
+    assert slope_ngd > -1.2  # at best ~ t^-1
+    assert gap_acc[T - 1] < gap_ngd[T - 1] / 50
+    assert np.all(acc.margins <= gamma * (1 + 1e-9))
+
+
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_dense_equals_csr_and_float32(fit_intercept):
+    X, y = _separable(seed=3)
+    X[np.abs(X) < 0.5] = 0.0
+    dense = FMM(max_iter=200, fit_intercept=fit_intercept).fit(X, y)
+    csr = FMM(max_iter=200, fit_intercept=fit_intercept).fit(sp.csr_matrix(X), y)
+    np.testing.assert_allclose(dense.coef_, csr.coef_, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(dense.intercept_, csr.intercept_, atol=1e-13)
+    np.testing.assert_allclose(dense.margin_history_, csr.margin_history_, rtol=1e-10)
+    f32 = FMM(max_iter=200, fit_intercept=fit_intercept).fit(X.astype(np.float32), y)
+    assert f32.coef_.dtype == np.float32
+    np.testing.assert_allclose(f32.coef_, dense.coef_, rtol=1e-3, atol=1e-5)
+
+
+def test_integer_weights_equal_repeated_rows():
+    X, y = _separable(seed=4)
+    k = np.random.default_rng(4).integers(1, 4, size=y.size)
+    a = FMM(max_iter=150).fit(X, y, sample_weight=k)
+    b = FMM(max_iter=150).fit(np.repeat(X, k, axis=0), np.repeat(y, k))
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-10, atol=1e-13)
+    c = FMM(max_iter=150).fit(X, y)
+    assert not np.allclose(a.coef_, c.coef_)  # weights change the finite-T path
+
+
+def test_non_separable_runs_T_iterations_without_guarantee():
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(200, 4))
+    y = np.where(X[:, 0] + rng.normal(size=200) > 0, 1, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est = FMM(step=1.0, max_iter=400).fit(X, y)
+    assert est.n_iter_ == 400 and est.margin_ < 0
+    assert np.all(np.isfinite(est.coef_)) and est.score(X, y) > 0.7
+    with pytest.warns(ConvergenceWarning, match="tol=None"):
+        FMM(max_iter=50, tol=1e-3).fit(X, y)
+
+
+def test_tol_stops_with_a_certified_gap():
+    X, y = _separable(seed=6)
+    est = FMM(max_iter=5000, tol=1e-3, fit_intercept=False).fit(X, y)
+    assert est.n_iter_ < 5000
+    assert est.dual_bound_ - est.margin_ <= 1e-3 * est.dual_bound_
+    gamma = _svc_margin(X, y) / np.linalg.norm(X, axis=1).max()
+    assert est.margin_ <= gamma * (1 + 1e-6) and gamma <= est.dual_bound_ * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("step", [2.0**-10, 2.0**-4, 1.0])
+def test_log_sum_exp_is_stable_for_huge_scores(step):
+    X, y = _separable(seed=7)
+    # scores <w, z_i> reach ~ step * t^2 * gamma: exp() of them overflows without the max shift
+    est = FMM(step=step, max_iter=1600, fit_intercept=False).fit(X * 1e6, y)
+    ref = FMM(step=step, max_iter=1600, fit_intercept=False).fit(X, y)  # R normalises: the same
+    assert np.all(np.isfinite(est.coef_)) and np.all(np.isfinite(est.margin_history_))
+    assert est.margin_ == pytest.approx(ref.margin_, rel=1e-9)
+
+
+def test_multiclass_and_errors():
+    X, y = load_iris(return_X_y=True)
+    X = (X - X.min(0)) / (X.max(0) - X.min(0))
+    for mc in ("ovr", "ovo"):
+        est = FMM(multi_class=mc, max_iter=400).fit(X, y)
+        assert est.score(X, y) > 0.85
+        assert est.margin_.shape == (3,) and len(est.margin_history_) == 3
+    for bad in (dict(step=0.0), dict(max_iter=0), dict(tol=-1.0)):
+        with pytest.raises(ValueError):
+            FMM(**bad).fit(X, y)
