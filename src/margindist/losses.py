@@ -89,7 +89,7 @@ def _log_wide(a):
     safe = np.where(big, 1.0, a)
     small_branch = np.log1p(safe + safe * safe / 2.0)
     abig = np.where(big, a, 1.0)
-    big_branch = 2.0 * np.log(abig) - np.log(2.0) + np.log1p(2.0 / abig + 2.0 / abig**2)
+    big_branch = 2.0 * np.log(abig) - np.log(2.0) + np.log1p((2.0 / abig) * (1.0 + 1.0 / abig))
     return np.where(big, big_branch, small_branch)
 
 
