@@ -1,0 +1,670 @@
+"""MSVMAv (Qian, Ai, Zhang, Gao, IJCAI 2022): alternating average-margin / semi-variance steps.
+
+Notation (weighted; s_i > 0 the sample weights, S = sum_i s_i replaces the paper's n):
+
+    z_i = y_i x_i (the constant 1 appended to x_i when there is an intercept)
+    u = sum_i s_i z_i,  margins m_i = <w, z_i>,  theta = <u, w> / S   (weighted average margin)
+
+One iteration of the paper's Algorithm 1 (with the corrected Eq. 8, see below):
+
+    A_k   = { i : <w_{k-1}, z_i> < theta_{k-1} }
+    w'_k  = argmin_w (1/S) sum_{A_k} s_i (theta_{k-1} - <w, z_i>)^2 + beta ||w - w_{k-1}||_P^2
+          = H_k^{-1} (theta/(S beta) g_k + P w_{k-1}),  H_k = P + sum_{A_k} s_i z_i z_i^T / (S beta),
+            g_k = sum_{A_k} s_i z_i
+    w_k   = argmin_w -(1/S) <u, w> + alpha ||w - w'_k||^2 = w'_k + u / (2 alpha S)
+    w_k  <- w_k / ||w_k||_N;  w_k <- -w_k if its average margin is negative.
+
+P = I and N = I in the paper's linear algorithm. The kernel algorithm (Section 4.2) is the same
+iteration in the eigenbasis of the Gram matrix with diagonal P and N (:func:`msvmav_kernel`), so
+one core, :func:`msvmav_iterate`, serves both.
+
+H_k is updated from H_{k-1} when indices enter or leave A. Schemes (``update``):
+
+* ``"sherman-morrison"``: the explicit inverse M_k = H_k^{-1} is updated by Sherman-Morrison /
+  Woodbury. For one index x with weight s (the paper's Eqs. 7 and 8, s = 1):
+
+      removal:   M <- M - M x x^T M / (x^T M x - S beta / s)
+      addition:  M <- M - M x x^T M / (x^T M x + S beta / s)
+
+  The paper prints Eq. 8 with '+ M x x^T M'; that sign is wrong (Sherman-Morrison gives '-'
+  for both directions; with the printed sign M drifts from H^{-1} without bound). Removals and
+  additions are applied as two separate Woodbury blocks (a mixed block can have a singular
+  capacitance matrix, e.g. duplicate points of opposite labels); each block costs
+  O(c d^2 + c^2 d + c^3) for c rows. M is recomputed from S every ``refresh_every`` iterations to
+  bound round-off.
+* ``"batched"``: keep the Gram sum S_A = sum_{A} s_i z_i z_i^T incrementally (O(c d^2) for c
+  changes) and re-factorise H by Cholesky (O(d^3)) every iteration.
+* ``"cg"``: conjugate gradients on H with products through the rows of A (Jacobi
+  preconditioner, warm start); never forms a d x d matrix (sparse, high-dimensional X).
+* ``"auto"``: CG when d is large (no d x d matrix), otherwise per iteration the cheaper of a
+  Woodbury update of M (about 4 c d^2 flops) and a Cholesky refactorisation (d^3 / 3).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg as sla
+import scipy.sparse as sp
+from scipy.linalg import blas, lapack
+from scipy.sparse.linalg import LinearOperator, cg
+
+from ..kernels import KernelSpec, kernel_matrix
+from .msvmav_dense import dense_loop
+
+__all__ = [
+    "Design",
+    "msvmav_iterate",
+    "msvmav_linear",
+    "msvmav_kernel",
+    "blas_single_thread",
+    "HISTORY_FIELDS",
+]
+
+#: Columns of the per-iterate history (row k describes iterate w_k; row 0 the start w_0).
+HISTORY_FIELDS = ("theta", "semivariance", "bound", "n_active", "n_changes", "update")
+
+#: "auto" never forms a d x d matrix above this many features (dense / sparse X).
+MAX_DIRECT_DENSE = 4096
+MAX_DIRECT_SPARSE = 2048
+#: "auto" runs the compiled loop (:mod:`.msvmav_dense`) on dense X up to this many features.
+MAX_COMPILED = 64
+#: Row blocks for Gram sums and Woodbury updates (bounds temporaries).
+_ROW_BLOCK = 4096
+#: Probe residual of the explicit inverse above which it is recomputed from scratch.
+REFRESH_TOL = 1e-10
+#: Relative residual of the conjugate-gradient solves.
+CG_TOL = 1e-10
+#: Iterations at the end of a run in which an active-set change means "not settled".
+CHANGE_WINDOW = 5
+
+_CONTROLLER = None
+
+
+def blas_single_thread(size: int, limit: int = 2048):
+    """Context manager limiting BLAS to one thread when the dense matrices are small.
+
+    Multi-threaded OpenBLAS was measured 10-60x slower than one thread on the small matrices of
+    this solver (d or m up to a few hundred) on a 2-core machine; ``size`` is the order of the
+    largest dense matrix of the problem. Above ``limit`` the BLAS threading is left alone.
+    """
+    global _CONTROLLER
+    if size > limit:
+        return _NullContext()
+    if _CONTROLLER is None:
+        from threadpoolctl import ThreadpoolController
+
+        _CONTROLLER = ThreadpoolController()
+    return _CONTROLLER.limit(limits=1, user_api="blas")
+
+
+class _NullContext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+# --------------------------------------------------------------------------------------
+# the design matrix Z = diag(r) [B, 1] diag(c), never copied
+# --------------------------------------------------------------------------------------
+
+
+class Design:
+    """Rows z_i = r_i * [b_i, 1] * c without forming Z.
+
+    ``B`` (n, p) dense float64 array or CSR matrix, ``r`` (n,) row scales (the labels y),
+    ``col_scale`` (p,) optional column scales, ``intercept``: append a constant-1 column
+    (only without ``col_scale``).
+    """
+
+    def __init__(self, B, r, col_scale=None, intercept=False):
+        if intercept and col_scale is not None:
+            raise ValueError("Design: intercept and col_scale are exclusive.")
+        self.B = B
+        self.r = np.asarray(r, dtype=np.float64)
+        self.c = None if col_scale is None else np.asarray(col_scale, dtype=np.float64)
+        self.intercept = bool(intercept)
+        self.sparse = sp.issparse(B)
+        self.n, self.p = B.shape
+        self.d = self.p + self.intercept
+
+    def matvec(self, w):
+        """Z @ w."""
+        v = w[: self.p] if self.intercept else w
+        if self.c is not None:
+            v = self.c * v
+        out = self.B @ v
+        if self.sparse:
+            out = np.asarray(out).ravel()
+        if self.intercept:
+            out = out + w[self.p]
+        return self.r * out
+
+    def rmatvec(self, t):
+        """Z^T @ t."""
+        rt = self.r * t
+        out = self.B.T @ rt
+        if self.sparse:
+            out = np.asarray(out).ravel()
+        if self.c is not None:
+            out = self.c * out
+        if self.intercept:
+            out = np.append(out, rt.sum())
+        return out
+
+    def rows(self, idx):
+        """Z[idx] as a dense (k, d) array or, for sparse B, a CSR matrix."""
+        r = self.r[idx]
+        if self.sparse:
+            R = self.B[idx]
+            if self.intercept:
+                R = sp.hstack([R, np.ones((len(idx), 1))], format="csr")
+            if self.c is not None:
+                R = R @ sp.diags(self.c)
+            return sp.csr_matrix(R.multiply(r[:, None]))
+        R = np.empty((len(idx), self.d))
+        R[:, : self.p] = self.B[idx]
+        if self.intercept:
+            R[:, self.p] = 1.0
+        if self.c is not None:
+            R *= self.c
+        R *= r[:, None]
+        return R
+
+    def subset(self, idx):
+        """The design of rows idx (a copy of those rows of B)."""
+        return Design(self.B[idx], self.r[idx], self.c, self.intercept)
+
+    def col_sq_sum(self, idx, weights):
+        """sum_{i in idx} weights_i z_i^2 (elementwise): the diagonal of the Gram sum."""
+        out = np.zeros(self.d)
+        for start in range(0, len(idx), _ROW_BLOCK):
+            sl = idx[start : start + _ROW_BLOCK]
+            R = self.rows(sl)
+            wt = weights[sl]
+            if sp.issparse(R):
+                out += np.asarray(R.multiply(R).T @ wt).ravel()
+            else:
+                out += (R * R).T @ wt
+        return out
+
+
+class _Direct:
+    """Explicit d x d state of the semi-variance system H = P + G / nb.
+
+    G = sum_{A} s_i z_i z_i^T (upper triangle, Fortran order, updated in place by BLAS syrk),
+    g = sum_{A} s_i z_i, and optionally M = H^{-1} (full, Fortran order) kept current by
+    Sherman-Morrison / Woodbury updates.
+    """
+
+    def __init__(self, design, s, P, nb):
+        d = design.d
+        self.design, self.s, self.P, self.nb, self.d = design, s, P, nb, d
+        self.G = np.zeros((d, d), order="F")
+        self.g = np.zeros(d)
+        self.M = None
+        self.n_refresh = 0
+        # fixed probe vector for the round-off check of M (deterministic, not user randomness)
+        self.probe = np.cos(np.arange(1, d + 1) * 2.399963229728653)
+        self.probe /= np.linalg.norm(self.probe)
+
+    # -- the Gram sum
+    def gram_update(self, idx, sign):
+        """G += sign sum_{idx} s_i z_i z_i^T, g += sign sum_{idx} s_i z_i."""
+        for start in range(0, len(idx), _ROW_BLOCK):
+            sl = idx[start : start + _ROW_BLOCK]
+            R = self.design.rows(sl)
+            wt = self.s[sl]
+            if sp.issparse(R):
+                self.G += sign * (R.T @ R.multiply(wt[:, None]).tocsr()).toarray()
+                self.g += sign * np.asarray(R.T @ wt).ravel()
+            else:
+                Rw = R * np.sqrt(wt)[:, None]
+                self.G = blas.dsyrk(float(sign), Rw, beta=1.0, c=self.G, trans=1, lower=0,
+                                    overwrite_c=1)
+                self.g += sign * (R.T @ wt)
+
+    def gram_reset(self, idx):
+        self.G[:] = 0.0
+        self.g[:] = 0.0
+        self.gram_update(idx, 1.0)
+
+    def H(self):
+        """P + G / nb, upper triangle valid (a fresh Fortran array)."""
+        H = self.G / self.nb
+        H[np.diag_indices(self.d)] += self.P
+        return np.asfortranarray(H)
+
+    def G_full(self):
+        return np.triu(self.G) + np.triu(self.G, 1).T
+
+    def H_times(self, x):
+        return self.P * x + blas.dsymv(1.0, self.G, x, lower=0) / self.nb
+
+    # -- solves
+    def cholesky_solve(self, rhs, keep_inverse):
+        """Solve H x = rhs by a fresh Cholesky factorisation; optionally keep M = H^{-1}."""
+        c, info = lapack.dpotrf(self.H(), lower=0, clean=0, overwrite_a=1)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"MSVMAv: Cholesky of the semi-variance system failed (info={info}).")
+        x, info = lapack.dpotrs(c, rhs, lower=0)
+        if keep_inverse:
+            self.M = _potri_full(c)
+        else:
+            self.M = None
+        return x
+
+    def refresh(self):
+        c, info = lapack.dpotrf(self.H(), lower=0, clean=0, overwrite_a=1)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"MSVMAv: Cholesky of the semi-variance system failed (info={info}).")
+        self.M = _potri_full(c)
+        self.n_refresh += 1
+
+    def woodbury(self, idx, sign):
+        """M <- (M^{-1} + sign sum_{idx} s_i z_i z_i^T / nb)^{-1}, blocks of rows.
+
+        One row is the Sherman-Morrison update of the paper's Eq. 7 (removal, sign = -1) and
+        the corrected Eq. 8 (addition, sign = +1): M - M z z^T M / (z^T M z + sign nb / s).
+        """
+        M = self.M
+        block = max(1, min(self.d, 256))
+        for start in range(0, len(idx), block):
+            sl = idx[start : start + block]
+            R = self.design.rows(sl)
+            if sp.issparse(R):
+                R = R.toarray()
+            if len(sl) == 1:
+                z = R[0]
+                v = M @ z
+                denom = z @ v + sign * self.nb / self.s[sl[0]]
+                M = blas.dger(-1.0 / denom, v, v, a=M, overwrite_a=1)
+                continue
+            MU = M @ R.T  # (d, c)
+            C = R @ MU
+            C[np.diag_indices_from(C)] += sign * self.nb / self.s[sl]
+            W = np.linalg.solve(C, MU.T)
+            M = blas.dgemm(-1.0, MU, W, beta=1.0, c=M, overwrite_c=1)
+        self.M = M
+
+    def residual(self):
+        """Relative residual ||p - H M p|| of the explicit inverse on the probe vector."""
+        return float(np.linalg.norm(self.probe - self.H_times(self.M @ self.probe)))
+
+
+def _potri_full(c):
+    """Full symmetric inverse from an upper Cholesky factor (LAPACK potri), Fortran order."""
+    inv, info = lapack.dpotri(c, lower=0, overwrite_c=1)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"MSVMAv: Cholesky inverse failed (info={info}).")
+    inv = np.triu(inv)
+    inv += np.triu(inv, 1).T
+    return np.asfortranarray(inv)
+
+
+def _woodbury_cheaper(c, d):
+    """Flop counts: Woodbury update of M for c changed rows (~4 c d^2 plus the O(d^2) probe
+    check) against a Cholesky refactorisation (d^3 / 3)."""
+    return 4.0 * c * d * d + 4.0 * d * d < d**3 / 3.0
+
+
+def _choose_family(design, update):
+    """'direct' (explicit d x d matrices) or 'cg'."""
+    if update == "cg":
+        return "cg"
+    if update in ("sherman-morrison", "batched"):
+        return "direct"
+    limit = MAX_DIRECT_SPARSE if design.sparse else MAX_DIRECT_DENSE
+    return "cg" if design.d > limit else "direct"
+
+
+# --------------------------------------------------------------------------------------
+# the core iteration
+# --------------------------------------------------------------------------------------
+
+
+def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights=None,
+                   max_iter=100, tol=1e-6, update="auto", refresh_every=None, cg_tol=CG_TOL,
+                   return_best=False, callback=None, log=None):
+    """Run the MSVMAv iteration on the rows z_i of ``design``.
+
+    Parameters
+    ----------
+    design : Design
+        Rows z_i = y_i x_i.
+    s : ndarray (n,)
+        Positive sample weights; S = s.sum() takes the place of the paper's n.
+    alpha, beta : float
+        The paper's alpha (average-margin step) and beta (semi-variance step).
+    prox : ndarray (d,), optional
+        Diagonal metric P of the semi-variance proximal term (default identity).
+    step : ndarray (d,), optional
+        Direction of the average-margin step, w <- w' + step / (2 alpha S) (default u); also
+        the starting point w_0 = step / ||step||_N.
+    norm_weights : ndarray (d,), optional
+        Diagonal metric N of the normalisation ||w||_N = 1 (default identity).
+    max_iter : int
+        T, the paper's iteration count (100).
+    tol : float
+        Stop early when an iteration leaves the active set unchanged and moves w by at most
+        tol (in the N-norm; w has unit norm). 0 runs all ``max_iter`` iterations.
+    update : {"auto", "sherman-morrison", "batched", "cg"}
+    refresh_every : int or None
+        Sherman-Morrison scheme: after every incremental update, M is checked against H on a
+        fixed probe vector (O(d^2)) and recomputed from the Gram sum (O(d^3)) when the relative
+        residual exceeds :data:`REFRESH_TOL`; ``refresh_every`` additionally forces a
+        recomputation after that many incremental iterations (None: only when the check fails).
+    return_best : bool
+        Return the iterate with the smallest SV/theta^2 instead of the last one.
+    callback : callable, optional
+        Called after each iteration with a dict (k, active, theta, w_prev, w_half, w, scheme,
+        M (current explicit inverse or None), G (Gram sum or None), g). Testing aid.
+
+    Returns
+    -------
+    dict with ``w`` (returned iterate), ``n_iter``, ``history`` (dict of arrays, one row per
+    iterate 0..n_iter, fields :data:`HISTORY_FIELDS`), ``best_iter``, ``converged`` (tol met)
+    and ``changing`` (active set changed in the last iterations of a run that hit max_iter).
+    """
+    n, d = design.n, design.d
+    s = np.asarray(s, dtype=np.float64)
+    S = float(s.sum())
+    nb = S * beta
+    u = design.rmatvec(s)
+    P = np.ones(d) if prox is None else np.asarray(prox, dtype=np.float64)
+    N = None if norm_weights is None else np.asarray(norm_weights, dtype=np.float64)
+    step = u if step is None else np.asarray(step, dtype=np.float64)
+
+    def norm(v):
+        return float(np.sqrt(v @ v if N is None else v @ (N * v)))
+
+    w = step.copy()
+    nrm = norm(w)
+    if nrm > 0 and np.isfinite(nrm):
+        w /= nrm
+    else:  # sum_i s_i z_i = 0: the average margin does not pick a direction; start on an axis
+        w = np.zeros(d)
+        j = 0 if N is None else int(np.argmax(N))
+        w[j] = 1.0 / (1.0 if N is None else np.sqrt(N[j]))
+    am_step = step / (2.0 * alpha * S)
+
+    if (update == "auto" and callback is None and not design.sparse and design.c is None
+            and d <= MAX_COMPILED):
+        return _compiled(design, s, u, w, P, am_step, N, beta, max_iter, tol, return_best)
+
+    family = _choose_family(design, update)
+    hist = {f: np.zeros(max_iter + 1) for f in HISTORY_FIELDS[:3]}
+    hist["n_active"] = np.zeros(max_iter + 1, dtype=np.int64)
+    hist["n_changes"] = np.zeros(max_iter + 1, dtype=np.int64)
+    schemes = ["init"]
+
+    def record(k, m, theta, A, changes):
+        short = np.maximum(theta - m, 0.0)
+        sv = float(s @ (short * short)) / S
+        hist["theta"][k] = theta
+        hist["semivariance"][k] = sv
+        hist["bound"][k] = sv / theta**2 if theta > 0 else np.inf
+        hist["n_active"][k] = np.count_nonzero(A)
+        hist["n_changes"][k] = changes
+
+    m = design.matvec(w)
+    theta = float(u @ w) / S
+    A = m < theta
+    record(0, m, theta, A, int(np.count_nonzero(A)))
+    best_k, best_w = 0, w.copy()
+    prevA = np.zeros(n, dtype=bool)
+
+    direct = _Direct(design, s, P, nb) if family == "direct" else None
+    since_refresh = 0  # incremental inverse updates since M was last computed from scratch
+    diagG = None  # CG: diagonal of the Gram sum (Jacobi preconditioner)
+    g = None
+    w_half_prev = None
+    converged = False
+    k = 0
+    for k in range(1, max_iter + 1):
+        diff = np.flatnonzero(A != prevA)
+        add = diff[A[diff]]
+        rem = diff[~A[diff]]
+        c = diff.size
+        n_act = int(np.count_nonzero(A))
+        rhs_scale = theta / nb
+
+        if family == "direct":
+            # G = sum_A s z z^T and g = sum_A s z: incremental, or from scratch when cheaper
+            if c > n_act:
+                direct.gram_reset(np.flatnonzero(A))
+            else:
+                if rem.size:
+                    direct.gram_update(rem, -1.0)
+                if add.size:
+                    direct.gram_update(add, 1.0)
+            g = direct.g
+            rhs = rhs_scale * g + P * w
+            if update in ("sherman-morrison", "batched"):
+                scheme = update
+            else:  # auto: the cheaper of a Woodbury update of M and a Cholesky refactorisation
+                scheme = "sherman-morrison" if (direct.M is not None and _woodbury_cheaper(c, d)) else "batched"
+            if scheme == "sherman-morrison":
+                if direct.M is None:
+                    # from H = P, every index of A enters as an update (the paper starts at M = I)
+                    direct.M = np.asfortranarray(np.diag(1.0 / P))
+                    direct.woodbury(np.flatnonzero(A), 1.0)
+                else:
+                    if rem.size:  # removals and additions as two separate batches
+                        direct.woodbury(rem, -1.0)
+                    if add.size:
+                        direct.woodbury(add, 1.0)
+                since_refresh += 1
+                if (refresh_every is not None and since_refresh >= refresh_every) or (
+                        direct.residual() > REFRESH_TOL):
+                    direct.refresh()
+                    since_refresh = 0
+                w_half = direct.M @ rhs
+            else:
+                keep = update == "auto" and _woodbury_cheaper(c, d)
+                w_half = direct.cholesky_solve(rhs, keep_inverse=keep)
+                since_refresh = 0
+        else:
+            scheme = "cg"
+            idxA = np.flatnonzero(A)
+            sub = design.subset(idxA)
+            sA = s[idxA]
+            g = sub.rmatvec(sA)
+            if c > n_act or diagG is None:
+                diagG = design.col_sq_sum(idxA, s)
+            else:
+                if rem.size:
+                    diagG -= design.col_sq_sum(rem, s)
+                if add.size:
+                    diagG += design.col_sq_sum(add, s)
+            rhs = rhs_scale * g + P * w
+
+            def hv(v, sub=sub, sA=sA):
+                return P * v + sub.rmatvec(sA * sub.matvec(v)) / nb
+
+            op = LinearOperator((d, d), matvec=hv, dtype=np.float64)
+            pre_diag = 1.0 / (P + np.maximum(diagG, 0.0) / nb)
+            pre = LinearOperator((d, d), matvec=lambda v, p=pre_diag: p * v, dtype=np.float64)
+            x0 = None
+            if w_half_prev is not None:  # warm start: the best multiple of the last solution
+                den = float(w_half_prev @ hv(w_half_prev))
+                if den > 0:
+                    x0 = (float(w_half_prev @ rhs) / den) * w_half_prev
+            w_half, info = cg(op, rhs, x0=x0, rtol=cg_tol, atol=0.0, maxiter=10 * d + 100, M=pre)
+            if info > 0 and log is not None:
+                log.info("MSVMAv: CG stopped at its iteration cap (rtol=%g) in iteration %d", cg_tol, k)
+            w_half_prev = w_half
+
+        w_new = w_half + am_step
+        nrm = norm(w_new)
+        if not np.isfinite(nrm) or nrm <= 0:
+            raise FloatingPointError(
+                f"MSVMAv diverged at iteration {k}: the weight vector is not finite (norm {nrm}). "
+                "Scale the features (e.g. to [0, 1]) or choose larger alpha/beta."
+            )
+        w_new /= nrm
+        if u @ w_new < 0:  # Section 5: keep the average margin positive
+            w_new = -w_new
+        if callback is not None:
+            callback({"k": k, "active": A, "theta": theta, "w_prev": w, "w_half": w_half,
+                      "w": w_new, "scheme": scheme, "nb": nb, "g": g,
+                      "M": direct.M if scheme == "sherman-morrison" else None,
+                      "G": direct.G_full() if direct is not None else None,
+                      "n_refresh": direct.n_refresh if direct is not None else 0})
+        dw = norm(w_new - w)
+        w = w_new
+        prevA = A
+        schemes.append(scheme)
+
+        m = design.matvec(w)
+        theta = float(u @ w) / S
+        A = m < theta
+        changes = int(np.count_nonzero(A != prevA))
+        record(k, m, theta, A, changes)
+        if hist["bound"][k] < hist["bound"][best_k]:
+            best_k, best_w = k, w.copy()
+        if tol > 0 and changes == 0 and dw <= tol:
+            converged = True
+            break
+
+    n_iter = k
+    history = {f: hist[f][: n_iter + 1].copy() for f in HISTORY_FIELDS[:5]}
+    history["update"] = np.array(schemes)
+    window = history["n_changes"][-CHANGE_WINDOW:]
+    changing = (not converged) and n_iter == max_iter and bool(np.any(window > 0))
+    out_w = best_w if return_best else w
+    return {"w": out_w, "n_iter": n_iter, "history": history, "best_iter": best_k,
+            "converged": converged, "changing": changing, "family": family,
+            "n_refresh": direct.n_refresh if direct is not None else 0}
+
+
+def _compiled(design, s, u, w0, P, am_step, N, beta, max_iter, tol, return_best):
+    """The "auto" scheme for dense X with few features: the compiled batched loop."""
+    d = design.d
+    N_arr = np.ones(d) if N is None else N
+    w, best_w, n_iter, hist, best_k, converged, status = dense_loop(
+        np.asfortranarray(design.B), design.r, s, design.intercept, u, w0, P, am_step, N_arr, float(beta),
+        int(max_iter), float(tol))
+    if status == 1:
+        raise np.linalg.LinAlgError("MSVMAv: the semi-variance system is not positive definite.")
+    if status == 2:
+        raise FloatingPointError(
+            f"MSVMAv diverged at iteration {n_iter}: the weight vector is not finite. "
+            "Scale the features (e.g. to [0, 1]) or choose larger alpha/beta."
+        )
+    history = {f: hist[:, j].copy() for j, f in enumerate(HISTORY_FIELDS[:3])}
+    history["n_active"] = hist[:, 3].astype(np.int64)
+    history["n_changes"] = hist[:, 4].astype(np.int64)
+    history["update"] = np.array(["init"] + ["batched"] * n_iter)
+    window = history["n_changes"][-CHANGE_WINDOW:]
+    changing = (not converged) and n_iter == max_iter and bool(np.any(window > 0))
+    return {"w": best_w if return_best else w, "n_iter": int(n_iter), "history": history,
+            "best_iter": int(best_k), "converged": bool(converged), "changing": changing,
+            "family": "compiled"}
+
+
+# --------------------------------------------------------------------------------------
+# linear and kernel front ends
+# --------------------------------------------------------------------------------------
+
+
+def _as_float64(X):
+    if sp.issparse(X):
+        X = sp.csr_matrix(X)
+        if X.dtype != np.float64:
+            X = X.astype(np.float64)
+        return X
+    return np.ascontiguousarray(X, dtype=np.float64)
+
+
+def msvmav_linear(X, y, sample_weight, alpha, beta, *, fit_intercept=True, **kw):
+    """Linear MSVMAv (paper Algorithm 1). Returns (coef (p,), intercept, result dict).
+
+    With ``fit_intercept`` the constant 1 is appended to every x_i (implicitly, X is not
+    copied), so the bias is a coordinate of w and part of ||w|| = 1, as in the paper.
+    """
+    X = _as_float64(X)
+    design = Design(X, y, intercept=fit_intercept)
+    with blas_single_thread(design.d):
+        res = msvmav_iterate(design, sample_weight, alpha, beta, **kw)
+    w = res["w"]
+    if fit_intercept:
+        return w[:-1].copy(), float(w[-1]), res
+    return w, 0.0, res
+
+
+def _kernel_gram(spec: KernelSpec, X, fit_intercept):
+    if spec.kind == "precomputed":
+        K = np.array(X, dtype=np.float64, copy=True)
+        K = 0.5 * (K + K.T)
+    else:
+        K = kernel_matrix(spec, X)
+    if fit_intercept:
+        K += 1.0
+    return K
+
+
+def msvmav_kernel(spec: KernelSpec, X, y, sample_weight, alpha, beta, *, fit_intercept=False,
+                  kernel_prox="paper", callback=None, **kw):
+    """Kernel MSVMAv (paper Section 4.2 as corrected). Returns (dual_coef (m,), intercept, result).
+
+    f(x) = sum_j a_j k(x_j, x) (+ b with ``fit_intercept``: the kernel k + 1, b = sum_j a_j).
+    The semi-variance step is
+
+        a'_k = argmin_a (1/S) sum_{A_k} s_i (theta - y_i K_i^T a)^2 + beta (a - a_{k-1})^T R (a - a_{k-1})
+
+    with R = diag(1/s) + K for ``kernel_prox="paper"`` (the paper's I + K for unit weights; the
+    ridge part scales with 1/s_i so that an integer weight is the same as copies of the row) and
+    R = K for ``kernel_prox="rkhs"`` (beta ||f - f_{k-1}||_H^2, the exact kernelisation of the
+    linear step). For unit weights and "paper" this is the printed update
+    a' = (I + K + sum_A K_i K_i^T / (n beta))^{-1} ((I + K) a + theta/(n beta) sum_A y_i K_i).
+
+    One eigendecomposition of Kt = D^{1/2} K D^{1/2} = Q diag(lam) Q^T (D = diag(s); O(m^3)
+    time, m x m memory) makes the system "diagonal + low rank": in the coordinates
+    b = Q^T D^{-1/2} a the rows are z_i = y_i s_i^{-1/2} lam * q_i with P = 1 + lam, N = lam and
+    the average-margin step along Q^T (sqrt(s) y) ("paper"), or, in v = sqrt(lam) b, the linear
+    algorithm on the features y_i s_i^{-1/2} sqrt(lam) * q_i with eigenvalues below the
+    numerical rank dropped ("rkhs"). The Sherman-Morrison scheme then starts from the diagonal
+    inverse 1/P and applies the changes of A_k as Woodbury blocks (removals, then additions).
+    """
+    y = np.asarray(y, dtype=np.float64)
+    s = np.asarray(sample_weight, dtype=np.float64)
+    m = y.shape[0]
+    rs = np.sqrt(s)
+    with blas_single_thread(m):
+        K = _kernel_gram(spec, X, fit_intercept)
+        K *= rs[:, None]
+        K *= rs[None, :]
+        lam, Q = sla.eigh(K, overwrite_a=True, check_finite=False)
+        del K
+        lam = np.maximum(lam, 0.0)
+        if kernel_prox == "paper":
+            design = Design(Q, y / rs, col_scale=lam)
+
+            def to_a(b):
+                return rs * (Q @ b)
+
+            kw_core = {"prox": 1.0 + lam, "step": Q.T @ (rs * y), "norm_weights": lam}
+        else:
+            keep = lam > lam.max() * m * np.finfo(np.float64).eps if lam.size else lam > 0
+            Q = Q[:, keep]
+            sq = np.sqrt(lam[keep])
+            design = Design(Q, y / rs, col_scale=sq)
+
+            def to_a(v):
+                return rs * (Q @ (v / sq))
+
+            kw_core = {}
+        cb = None
+        if callback is not None:
+            def cb(info):
+                info = dict(info)
+                for key in ("w_prev", "w_half", "w"):
+                    info["a" + key[1:]] = to_a(info[key])
+                info["basis"] = Q  # a = sqrt(s) * (basis @ b) ("paper")
+                callback(info)
+        res = msvmav_iterate(design, s, alpha, beta, callback=cb, **kw_core, **kw)
+        a = to_a(res["w"])
+    b = float(a.sum()) if fit_intercept else 0.0
+    return a, b, res

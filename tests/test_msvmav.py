@@ -1,0 +1,549 @@
+"""MSVMAv (Qian et al., IJCAI 2022): solver correctness against independent computations."""
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics.pairwise import rbf_kernel
+from sklearn.preprocessing import MinMaxScaler
+
+from margindist.datasets import load_dataset
+from margindist.metrics import msvmav_bound_term, semivariance
+from margindist.models.msvmav import MSVMAv
+from margindist.solvers.msvmav import Design, msvmav_iterate, msvmav_kernel, msvmav_linear
+
+UPDATES = ["sherman-morrison", "batched", "cg"]
+
+
+def _scaled(name, n=None, seed=0):
+    X, y = load_dataset(name)
+    X = MinMaxScaler().fit_transform(X)
+    if n is not None and n < X.shape[0]:
+        idx = np.random.default_rng(seed).choice(X.shape[0], n, replace=False)
+        X, y = X[idx], y[idx]
+    return X, y
+
+
+def _pm(y):
+    return np.where(y == np.unique(y)[1], 1.0, -1.0)
+
+
+@pytest.fixture(scope="module")
+def wdbc():
+    X, y = _scaled("wdbc")
+    return X, _pm(y)
+
+
+@pytest.fixture(scope="module")
+def australian():
+    X, y = _scaled("australian")
+    return X, _pm(y)
+
+
+def approx_fprime(x, f, h):
+    """Central finite differences (exact up to round-off for the quadratics tested here)."""
+    g = np.empty_like(x)
+    for j in range(x.size):
+        e = np.zeros_like(x)
+        e[j] = h
+        g[j] = (f(x + e) - f(x - e)) / (2 * h)
+    return g
+
+
+def _direct_run(Z, s, alpha, beta, T):
+    """The paper's Algorithm 1 (unit-weight form generalised to weights) by dense solves."""
+    S = s.sum()
+    u = Z.T @ s
+    w = u / np.linalg.norm(u)
+    out = []
+    for _ in range(T):
+        m = Z @ w
+        theta = s @ m / S
+        A = m < theta
+        H = np.eye(Z.shape[1]) + (Z[A].T * s[A]) @ Z[A] / (S * beta)
+        w_half = np.linalg.solve(H, theta / (S * beta) * (Z[A].T @ s[A]) + w)
+        w = w_half + u / (2 * alpha * S)
+        w /= np.linalg.norm(w)
+        if u @ w < 0:
+            w = -w
+        out.append(w)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Sherman-Morrison: the paper's Eq. 8 sign and the incremental inverse along a run
+# --------------------------------------------------------------------------------------
+
+
+def test_printed_eq8_sign_is_wrong_and_corrected_sign_is_exact(rng):
+    d, nb = 6, 3.0
+    B = rng.standard_normal((d, d))
+    H = np.eye(d) + B @ B.T / nb
+    M = np.linalg.inv(H)
+    x = rng.standard_normal(d)
+    H_add = H + np.outer(x, x) / nb
+    corrected = M - M @ np.outer(x, x) @ M / (x @ M @ x + nb)
+    printed = M + M @ np.outer(x, x) @ M / (x @ M @ x + nb)
+    assert np.allclose(corrected @ H_add, np.eye(d), atol=1e-12)
+    assert not np.allclose(printed @ H_add, np.eye(d), atol=1e-2)
+    # removal (Eq. 7, correct as printed) undoes the addition
+    back = corrected - corrected @ np.outer(x, x) @ corrected / (x @ corrected @ x - nb)
+    assert np.allclose(back, M, atol=1e-12)
+
+
+@pytest.mark.parametrize("update", UPDATES)
+def test_incremental_state_matches_direct_inverse_along_run(wdbc, update):
+    X, y = wdbc
+    s = np.random.default_rng(1).uniform(0.5, 2.0, size=y.size)
+    Z = y[:, None] * np.hstack([X, np.ones((X.shape[0], 1))])
+    seen = {"sm": 0, "checked": 0}
+
+    def check(info):
+        A = info["active"]
+        H = np.eye(Z.shape[1]) + (Z[A].T * s[A]) @ Z[A] / info["nb"]
+        Hinv = np.linalg.inv(H)
+        rhs = info["theta"] / info["nb"] * (Z[A].T @ s[A]) + info["w_prev"]
+        w_direct = Hinv @ rhs
+        assert np.linalg.norm(info["w_half"] - w_direct) <= 1e-8 * np.linalg.norm(w_direct)
+        if info["G"] is not None:
+            G = (Z[A].T * s[A]) @ Z[A]
+            assert np.abs(info["G"] - G).max() <= 1e-8 * np.abs(G).max()
+        if info["M"] is not None:
+            seen["sm"] += 1
+            assert np.abs(info["M"] - Hinv).max() <= 1e-8 * np.abs(Hinv).max()
+        seen["checked"] += 1
+
+    kw = {"cg_tol": 1e-13} if update == "cg" else {}
+    # no forced refresh: the corrected rank-one updates alone stay on the inverse
+    _, _, res = msvmav_linear(X, y, s, 16.0, 1 / 16, max_iter=100, tol=0.0, update=update,
+                              callback=check, **kw)
+    assert seen["checked"] == 100
+    if update == "sherman-morrison":
+        assert seen["sm"] == 100
+        assert res["n_refresh"] == 0  # the probe check never had to recompute M
+
+
+def test_sherman_morrison_kernel_path_matches_direct_inverse():
+    """Eigenbasis + Woodbury: Q M Q^T == (I + K + sum_A K_i K_i^T / (n beta))^{-1} along a run."""
+    from margindist.kernels import resolve_kernel
+
+    X, y = _scaled("australian", n=150)
+    y = _pm(y)
+    n = y.size
+    K = rbf_kernel(X, gamma=0.5)
+    calls = []
+
+    def check(info):
+        A = info["active"]
+        KA = K[:, A]
+        Hinv = np.linalg.inv(np.eye(n) + K + KA @ KA.T / info["nb"])
+        if info["M"] is not None:
+            Q = info["basis"]
+            M_a = Q @ info["M"] @ Q.T
+            assert np.abs(M_a - Hinv).max() <= 1e-8 * np.abs(Hinv).max()
+            calls.append(info["k"])
+
+    spec = resolve_kernel("rbf", X, gamma=0.5)
+    msvmav_kernel(spec, X, y, np.ones(n), 16.0, 1 / 16, update="sherman-morrison",
+                  max_iter=40, tol=0.0, callback=check)
+    assert len(calls) == 40
+
+
+# --------------------------------------------------------------------------------------
+# each closed-form step satisfies its stationarity condition (numerical gradients)
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("update", ["auto", "sherman-morrison", "cg"])
+def test_linear_steps_are_stationary(australian, update):
+    X, y = australian
+    s = np.random.default_rng(2).uniform(0.5, 2.0, size=y.size)
+    alpha, beta = 4.0, 0.25
+    Z = y[:, None] * np.hstack([X, np.ones((X.shape[0], 1))])
+    S = s.sum()
+    u = Z.T @ s
+    checked = []
+
+    def check(info):
+        A, theta, w_prev, w_half = info["active"], info["theta"], info["w_prev"], info["w_half"]
+
+        def J_sv(w):  # semi-variance step objective (Eq. 6, weighted)
+            return (s[A] @ (theta - Z[A] @ w) ** 2) / S + beta * np.sum((w - w_prev) ** 2)
+
+        grad = approx_fprime(w_half, J_sv, 1e-5)
+        scale = np.linalg.norm(approx_fprime(w_prev, J_sv, 1e-5)) + 1e-12
+        assert np.linalg.norm(grad) <= 1e-7 * scale
+
+        w_full = w_half + u / (2 * alpha * S)  # average-margin step (Eq. 10), before normalising
+
+        def J_am(w):
+            return -(u @ w) / S + alpha * np.sum((w - w_half) ** 2)
+
+        assert np.linalg.norm(approx_fprime(w_full, J_am, 1e-5)) <= 1e-8
+        w = info["w"]
+        assert np.isclose(np.linalg.norm(w), 1.0)
+        assert abs(abs(w @ w_full) - np.linalg.norm(w_full)) <= 1e-10 * np.linalg.norm(w_full)
+        assert u @ w >= 0  # sign flip keeps the average margin positive
+        checked.append(info["k"])
+
+    msvmav_linear(X, y, s, alpha, beta, max_iter=8, tol=0.0, update=update, callback=check)
+    assert checked == list(range(1, 9))
+
+
+@pytest.mark.parametrize("prox", ["paper", "rkhs"])
+def test_kernel_semivariance_step_is_stationary(prox):
+    from margindist.kernels import resolve_kernel
+
+    X, y = _scaled("wdbc", n=80)
+    y = _pm(y)
+    s = np.random.default_rng(3).uniform(0.5, 2.0, size=y.size)
+    S = s.sum()
+    beta, alpha = 0.5, 2.0
+    K = rbf_kernel(X, gamma=0.3)
+    R = (np.diag(1.0 / s) + K) if prox == "paper" else K
+    spec = resolve_kernel("rbf", X, gamma=0.3)
+    checked = []
+
+    def check(info):
+        A, theta, a_prev, a_half = info["active"], info["theta"], info["a_prev"], info["a_half"]
+
+        def J(a):
+            r = theta - y[A] * (K[A] @ a)
+            da = a - a_prev
+            return (s[A] @ r**2) / S + beta * da @ R @ da
+
+        # the analytic gradient, checked against finite differences at a random point
+        def grad(a):
+            r = theta - y[A] * (K[A] @ a)
+            return -2.0 / S * K[A].T @ (s[A] * y[A] * r) + 2 * beta * R @ (a - a_prev)
+
+        probe = a_prev + 0.1 * np.random.default_rng(0).standard_normal(a_prev.size)
+        assert np.allclose(grad(probe), approx_fprime(probe, J, 1e-5), rtol=1e-6, atol=1e-8)
+        g_half = grad(a_half)
+        assert np.linalg.norm(g_half) <= 1e-8 * np.linalg.norm(grad(a_prev))
+        # average-margin step: argmin -(1/S) sum s y K a + alpha (a - a')^T K (a - a')
+        a_full = a_half + s * y / (2 * alpha * S)
+        g_am = -(K @ (s * y)) / S + 2 * alpha * K @ (a_full - a_half)
+        assert np.linalg.norm(g_am) <= 1e-10 * np.linalg.norm(K @ (s * y)) / S
+        # the iterate is a_full normalised in the RKHS norm (up to the sign flip)
+        a = info["a"]
+        assert np.isclose(a @ K @ a, 1.0)
+        f_full = K @ a_full
+        assert np.allclose(np.abs(K @ a), np.abs(f_full) / np.sqrt(a_full @ K @ a_full), atol=1e-9)
+        assert (s * y) @ (K @ a) > 0
+        checked.append(info["k"])
+
+    msvmav_kernel(spec, X, y, s, alpha, beta, kernel_prox=prox, max_iter=5, tol=0.0,
+                  update="batched", callback=check)
+    assert checked == [1, 2, 3, 4, 5]
+
+
+# --------------------------------------------------------------------------------------
+# agreement between paths and with direct implementations
+# --------------------------------------------------------------------------------------
+
+
+def test_linear_path_matches_direct_algorithm(australian):
+    X, y = australian
+    s = np.ones(y.size)
+    Z = y[:, None] * np.hstack([X, np.ones((X.shape[0], 1))])
+    w_ref = _direct_run(Z, s, 16.0, 1 / 16, 100)[-1]
+    for update in ["auto"] + UPDATES:
+        coef, b, res = msvmav_linear(X, y, s, 16.0, 1 / 16, max_iter=100, tol=0.0, update=update)
+        assert np.allclose(np.append(coef, b), w_ref, atol=1e-8), update
+
+
+def test_compiled_loop_matches_numpy_loop(wdbc):
+    X, y = wdbc
+    s = np.random.default_rng(4).uniform(0.5, 2.0, size=y.size)
+    a = msvmav_linear(X, y, s, 2.0, 0.5, max_iter=60, tol=0.0, update="auto")
+    b = msvmav_linear(X, y, s, 2.0, 0.5, max_iter=60, tol=0.0, update="batched")
+    assert a[2]["family"] == "compiled" and b[2]["family"] == "direct"
+    assert np.allclose(a[0], b[0], atol=1e-10) and np.isclose(a[1], b[1], atol=1e-10)
+    for f in ("theta", "semivariance", "bound"):
+        assert np.allclose(a[2]["history"][f], b[2]["history"][f], rtol=1e-9)
+    for f in ("n_active", "n_changes"):
+        assert np.array_equal(a[2]["history"][f], b[2]["history"][f])
+
+
+def test_kernel_paper_update_matches_printed_formula():
+    """The eigenbasis / Woodbury implementation against the spec's a-coordinate formula."""
+    X, y = _scaled("australian", n=120)
+    y = _pm(y)
+    n = y.size
+    gamma, alpha, beta = 0.7, 4.0, 0.25
+    K = rbf_kernel(X, gamma=gamma)
+    a = y / np.sqrt(y @ K @ y)
+    I = np.eye(n)
+    for _ in range(30):
+        m = y * (K @ a)
+        theta = m.mean()
+        A = m < theta
+        KA = K[:, A]
+        a_half = np.linalg.solve(I + K + KA @ KA.T / (n * beta),
+                                 (I + K) @ a + theta / (n * beta) * KA @ y[A])
+        a = a_half + y / (2 * alpha * n)
+        a /= np.sqrt(a @ K @ a)
+        if y @ K @ a < 0:
+            a = -a
+    f_ref = K @ a
+    for update in ["auto"] + UPDATES:
+        clf = MSVMAv(alpha=alpha, beta=beta, kernel="rbf", gamma=gamma, fit_intercept=False,
+                     max_iter=30, tol=0.0, update=update)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            clf.fit(X, y)
+        f = clf.decision_function(X)
+        assert np.allclose(f, f_ref, atol=1e-8 * np.abs(f_ref).max()), update
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_kernel_path_with_linear_kernel_equals_linear_path(fit_intercept):
+    X, y = _scaled("australian", n=200, seed=5)
+    kw = dict(alpha=8.0, beta=0.5, max_iter=100, tol=0.0, fit_intercept=fit_intercept)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        lin = MSVMAv(**kw).fit(X, y)
+        ker = MSVMAv(dual=True, kernel_prox="rkhs", **kw).fit(X, y)
+        paper = MSVMAv(dual=True, **kw).fit(X, y)
+    assert hasattr(lin, "coef_") and hasattr(ker, "dual_coef_")
+    f_lin, f_ker = lin.decision_function(X), ker.decision_function(X)
+    assert np.allclose(f_ker, f_lin, atol=1e-8 * np.abs(f_lin).max())
+    # the printed (I + K) proximal metric adds a ridge on the coefficients: not the same model
+    assert not np.allclose(paper.decision_function(X), f_lin, atol=1e-4 * np.abs(f_lin).max())
+
+
+@pytest.mark.parametrize("update", ["auto", "batched", "cg"])
+def test_dense_equals_csr(update):
+    X, y = _scaled("australian", n=300)
+    X[X < 0.3] = 0.0  # give the sparse matrix some zeros
+    kw = dict(alpha=4.0, beta=0.25, tol=0.0, max_iter=50, update=update)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        dense = MSVMAv(**kw).fit(X, y)
+        csr = MSVMAv(**kw).fit(sp.csr_matrix(X), y)
+    assert np.allclose(dense.coef_, csr.coef_, atol=1e-9)
+    assert np.allclose(dense.intercept_, csr.intercept_, atol=1e-9)
+    assert np.allclose(dense.decision_function(X), csr.decision_function(sp.csr_matrix(X)), atol=1e-9)
+
+
+def test_sparse_input_is_not_densified(monkeypatch):
+    X = sp.random(400, 3000, density=0.01, format="csr", random_state=0)
+    y = np.where(np.asarray(X.sum(axis=1)).ravel() > np.median(np.asarray(X.sum(axis=1))), 1, 0)
+
+    def refuse(*a, **k):
+        raise AssertionError("sparse X was densified")
+
+    monkeypatch.setattr(sp.csr_matrix, "toarray", refuse)
+    monkeypatch.setattr(sp.csr_matrix, "todense", refuse)
+    clf = MSVMAv(alpha=1.0, beta=1.0, max_iter=20).fit(X, y)  # d > 2048: "auto" picks CG
+    assert set(clf.history_["update"][1:]) == {"cg"}
+    assert clf.score(X, y) > 0.7
+
+
+# --------------------------------------------------------------------------------------
+# weights, sign, history, options
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kernel_kw", [
+    {},
+    {"kernel": "rbf", "gamma": 0.5},
+    {"kernel": "rbf", "gamma": 0.5, "kernel_prox": "rkhs"},
+    {"update": "sherman-morrison"},
+    {"update": "cg"},
+])
+def test_sample_weight_two_equals_duplicated_rows(kernel_kw):
+    X, y = _scaled("wdbc", n=150, seed=6)
+    rng = np.random.default_rng(7)
+    sw = rng.integers(1, 3, size=y.size).astype(float)  # weights 1 or 2
+    Xd, yd = np.repeat(X, sw.astype(int), axis=0), np.repeat(y, sw.astype(int))
+    kw = dict(alpha=2.0, beta=0.5, tol=0.0, max_iter=60, **kernel_kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        a = MSVMAv(**kw).fit(X, y, sample_weight=sw)
+        b = MSVMAv(**kw).fit(Xd, yd)
+    fa, fb = a.decision_function(X), b.decision_function(X)
+    assert np.allclose(fa, fb, atol=1e-8 * np.abs(fb).max())
+    assert np.allclose(a.history_["bound"], b.history_["bound"], rtol=1e-8)
+
+
+def test_zero_weight_equals_removed_rows():
+    X, y = _scaled("pima", n=200)
+    sw = np.ones(y.size)
+    sw[:30] = 0
+    a = MSVMAv(alpha=2.0, beta=0.5, tol=0.0, max_iter=30).fit(X, y, sample_weight=sw)
+    b = MSVMAv(alpha=2.0, beta=0.5, tol=0.0, max_iter=30).fit(X[30:], y[30:])
+    assert np.allclose(a.coef_, b.coef_, atol=1e-10)
+
+
+@pytest.mark.parametrize("params", [(2.0**-10, 2.0**-10), (2.0**10, 2.0**-10), (2.0**-10, 2.0**10),
+                                    (16.0, 1 / 16), (1.0, 1.0)])
+def test_average_margin_stays_positive(params):
+    X, y = _scaled("pima")
+    alpha, beta = params
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf = MSVMAv(alpha=alpha, beta=beta, tol=0.0).fit(X, y)
+    assert np.all(clf.history_["theta"] > 0)
+    m = clf.margins(X, y)
+    norm = np.sqrt(np.sum(clf.coef_**2) + clf.intercept_[0] ** 2)
+    # the history's margins are those of the unit vector [w, b]
+    m_hist = m * clf.weight_norm_[0] / norm
+    assert np.isclose(m_hist.mean(), clf.history_["theta"][-1], rtol=1e-9)
+
+
+def test_history_matches_margins_of_returned_model():
+    X, y = _scaled("australian")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        last = MSVMAv(alpha=16, beta=1 / 16, max_iter=60, tol=0.0).fit(X, y)
+        best = MSVMAv(alpha=16, beta=1 / 16, max_iter=60, tol=0.0, return_best=True).fit(X, y)
+    h = last.history_
+    assert set(h) == {"theta", "semivariance", "bound", "n_active", "n_changes", "update"}
+    assert all(len(v) == last.n_iter_ + 1 for v in h.values())
+    yy = _pm(y)
+
+    def unit_margins(clf):
+        w = np.append(clf.coef_[0], clf.intercept_[0])
+        return yy * (X @ clf.coef_[0] + clf.intercept_[0]) / np.linalg.norm(w)
+
+    m = unit_margins(last)
+    assert np.isclose(h["theta"][-1], m.mean(), rtol=1e-10)
+    assert np.isclose(h["semivariance"][-1], semivariance(m), rtol=1e-8)
+    assert np.isclose(h["bound"][-1], msvmav_bound_term(m), rtol=1e-8)
+    assert h["n_active"][-1] == np.count_nonzero(m < m.mean())
+    # return_best: the returned iterate has the smallest SV/theta^2 of the run
+    mb = unit_margins(best)
+    assert best.best_iter_ == int(np.argmin(h["bound"]))
+    assert np.isclose(msvmav_bound_term(mb), h["bound"].min(), rtol=1e-8)
+    assert msvmav_bound_term(mb) <= msvmav_bound_term(m) + 1e-12
+
+
+def test_warns_while_active_set_still_changes():
+    X, y = _scaled("magic", n=3000)
+    with pytest.warns(ConvergenceWarning, match="active set"):
+        clf = MSVMAv(alpha=16, beta=1 / 16, max_iter=5).fit(X, y)
+    assert clf.history_["n_changes"][-1] > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        clf = MSVMAv(alpha=1 / 16, beta=16, max_iter=100).fit(X, y)  # settles quickly
+    assert clf.n_iter_ < 100
+
+
+def test_tol_zero_runs_all_iterations_and_tol_stops_early():
+    X, y = _scaled("wdbc")
+    a = MSVMAv(alpha=1.0, beta=1.0, tol=0.0).fit(X, y)
+    b = MSVMAv(alpha=1.0, beta=1.0, tol=1e-6).fit(X, y)
+    assert a.n_iter_ == 100 and b.n_iter_ < 100
+    assert np.abs(a.coef_ - b.coef_).max() < 1e-4
+
+
+@pytest.mark.parametrize("bad", [{"alpha": 0.0}, {"alpha": -1.0}, {"beta": 0.0}, {"beta": -2.0}])
+def test_bad_parameters_raise(bad):
+    X, y = _scaled("wdbc", n=50)
+    name = next(iter(bad))
+    with pytest.raises(ValueError, match=name):
+        MSVMAv(**bad).fit(X, y)
+
+
+def test_inconsistent_options_raise():
+    X, y = _scaled("wdbc", n=50)
+    with pytest.raises(ValueError, match="dual=False"):
+        MSVMAv(kernel="rbf", dual=False).fit(X, y)
+    K = rbf_kernel(X)
+    with pytest.raises(ValueError, match="kernel_approximation"):
+        MSVMAv(kernel="precomputed", kernel_approximation=10).fit(K, y)
+
+
+@pytest.mark.parametrize("strategy", ["ovr", "ovo"])
+def test_multiclass(strategy):
+    X, y = _scaled("iris")
+    clf = MSVMAv(alpha=16, beta=1 / 16, multi_class=strategy).fit(X, y)
+    K = np.unique(y).size
+    P = K if strategy == "ovr" else K * (K - 1) // 2
+    assert clf.coef_.shape == (P, X.shape[1])
+    assert clf.decision_function(X).shape == (X.shape[0], K)
+    assert isinstance(clf.history_, list) and len(clf.history_) == P
+    assert clf.score(X, y) > 0.8
+    rbf = MSVMAv(alpha=16, beta=1 / 16, kernel="rbf", multi_class=strategy).fit(X, y)
+    assert rbf.score(X, y) > 0.85
+
+
+def test_float32_input():
+    X, y = _scaled("australian")
+    X32 = X.astype(np.float32)
+    a = MSVMAv(alpha=4.0, beta=0.25).fit(X32, y)
+    b = MSVMAv(alpha=4.0, beta=0.25).fit(X32.astype(np.float64), y)
+    assert a.coef_.dtype == np.float32
+    assert np.allclose(a.coef_, b.coef_, atol=1e-6)
+    assert np.array_equal(a.predict(X32), b.predict(X32))
+    rbf = MSVMAv(kernel="rbf").fit(X32, y)
+    assert rbf.score(X32, y) > 0.8
+
+
+def test_nystroem_full_rank_equals_exact_rkhs_kernel_path():
+    X, y = _scaled("wdbc", n=120)
+    kw = dict(alpha=2.0, beta=0.5, kernel="rbf", gamma=0.2, tol=0.0, max_iter=40)
+    exact = MSVMAv(dual=True, kernel_prox="rkhs", **kw).fit(X, y)
+    ny = MSVMAv(kernel_approximation=X.shape[0], random_state=0, **kw).fit(X, y)
+    f, g = exact.decision_function(X), ny.decision_function(X)
+    assert np.allclose(f, g, atol=1e-5 * np.abs(f).max())
+
+
+def test_nystroem_random_state_and_accuracy():
+    X, y = _scaled("magic", n=3000)
+    kw = dict(alpha=16, beta=1 / 16, kernel="rbf", kernel_approximation=100, return_best=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        a = MSVMAv(random_state=0, **kw).fit(X, y)
+        b = MSVMAv(random_state=0, **kw).fit(X, y)
+        c = MSVMAv(random_state=1, **kw).fit(X, y)
+    assert np.array_equal(a.support_, b.support_) and np.allclose(a.dual_coef_, b.dual_coef_)
+    assert not np.array_equal(a.support_, c.support_)
+    assert a.support_.size <= 100
+    assert a.score(X, y) > 0.75
+
+
+def test_precomputed_kernel_equals_named_kernel():
+    X, y = _scaled("australian", n=150)
+    K = rbf_kernel(X, gamma=0.4)
+    a = MSVMAv(kernel="rbf", gamma=0.4, tol=0.0, max_iter=30).fit(X, y)
+    b = MSVMAv(kernel="precomputed", tol=0.0, max_iter=30).fit(K, y)
+    assert np.allclose(a.decision_function(X), b.decision_function(K), atol=1e-9)
+
+
+def test_design_products_against_dense(rng):
+    B = rng.standard_normal((30, 7))
+    r = rng.choice([-1.0, 1.0], 30)
+    Zi = r[:, None] * np.hstack([B, np.ones((30, 1))])
+    for Bm in (B, sp.csr_matrix(B)):
+        D = Design(Bm, r, intercept=True)
+        w, t = rng.standard_normal(8), rng.standard_normal(30)
+        assert np.allclose(D.matvec(w), Zi @ w) and np.allclose(D.rmatvec(t), Zi.T @ t)
+        R = D.rows(np.array([3, 5, 11]))
+        assert np.allclose(R.toarray() if sp.issparse(R) else R, Zi[[3, 5, 11]])
+    c = rng.random(7)
+    D = Design(B, r, col_scale=c)
+    assert np.allclose(D.matvec(w[:7]), (r[:, None] * B * c) @ w[:7])
+
+
+def test_degenerate_start_is_handled():
+    # u = sum_i s_i y_i x_i = 0: balanced identical class means
+    X = np.array([[0.0, 1.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    y = np.array([0, 0, 1, 1])
+    clf = MSVMAv().fit(X, y)
+    assert np.all(np.isfinite(clf.coef_))
+
+
+def test_core_iterate_generic_metric_runs():
+    # P and N not the identity (kernel-style coordinates) with the direct schemes agreeing
+    rng = np.random.default_rng(8)
+    B = rng.standard_normal((60, 10))
+    r = np.sign(B[:, 0] + 0.3 * rng.standard_normal(60))
+    P, N = 1.0 + rng.random(10), rng.random(10) + 0.1
+    out = [msvmav_iterate(Design(B, r), np.ones(60), 2.0, 0.5, prox=P, norm_weights=N, step=r @ B,
+                          max_iter=30, tol=0.0, update=u)["w"] for u in UPDATES]
+    assert np.allclose(out[0], out[1], atol=1e-9) and np.allclose(out[0], out[2], atol=1e-7)
