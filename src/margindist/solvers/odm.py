@@ -1,0 +1,427 @@
+"""Optimal margin Distribution Machine (Zhang & Zhou, TKDE 2019): objective, dual, solvers.
+
+Primal, in the convention of the reference package LIBODM (``-b`` appends a constant feature
+B, so the intercept is regularised), with sample weights s_i and S = sum_i s_i:
+
+    P(w) = 1/2 ||w||^2 + sum_i c_i [ (1 - theta - z_i)_+^2 + mu (z_i - 1 - theta)_+^2 ],
+    c_i = kappa s_i / S,   kappa = lam / (1 - theta)^2,   z_i = y_i <w, xh_i>,  xh_i = [x_i, B].
+
+With unit weights c_i = kappa / m, LIBODM's ``lambda / (m (1 - theta)^2)`` (some slides of the
+paper write lam / (2 m) instead: a factor 2 in lam). Normalising by S instead of m makes an
+integer weight k identical to k copies of the sample.
+
+Dual (a = [alpha; beta] >= 0, gamma = alpha - beta, Q = Y Xh Xh^T Y or Y (G + B^2) Y):
+
+    min_a 1/2 gamma^T Q gamma + sum_i [ D_a,i / 2 alpha_i^2 + D_b,i / 2 beta_i^2
+                                          + (theta - 1) alpha_i + (theta + 1) beta_i ],
+    D_a,i = 1 / (2 c_i) = S (1 - theta)^2 / (2 lam s_i),   D_b,i = D_a,i / mu,
+
+w = Xh^T Y gamma; with mu = 0 the upper side costs nothing and beta is left out. Strong duality
+holds and P(w*) = -min_a (dual).
+
+Solvers:
+
+* :func:`odm_dcd_linear` / :func:`odm_dcd_kernel`: dual coordinate descent
+  (:mod:`margindist.solvers.dcd`), O(nnz(x_i)) per step (linear) or O(m) per changed variable
+  with kernel columns from a bounded LRU cache (kernel).
+* :func:`odm_newton`: Newton's method on the piecewise-quadratic primal with the generalised
+  Hessian I + Xh^T diag(c h) Xh (h = 2 below the band, 2 mu above it, 0 inside), directions by
+  conjugate gradients with Hessian-vector products, and an exact line search on the
+  one-dimensional piecewise quadratic. Gradient and each Hessian-vector product cost O(nnz(X)).
+  (LIBODM's trust-region gradient recomputes X^T v inside its loop over the samples, which makes
+  it quadratic in m; that is not reproduced.)
+* :func:`odm_svrg`: stochastic variance-reduced gradient with step 1 / (4 L_max) from the
+  smoothness constants L_i = 1 + 2 kappa (m s_i / S) max(1, mu) ||xh_i||^2 of the per-sample
+  functions, lazy dense updates (O(nnz(x_i)) per step), and a check for non-finite weights
+  after every epoch (LIBODM's SVRG, with a Barzilai-Borwein step, can diverge to NaN silently).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from numba import njit
+from sklearn.exceptions import ConvergenceWarning
+
+from ..kernels import KernelRowCache
+from .dcd import _xorshift, csr_parts, dcd_kernel, dcd_linear, row_sq_norms, seed_from
+
+__all__ = [
+    "odm_band_loss",
+    "odm_band_loss_grad",
+    "odm_band_loss_hess",
+    "odm_coefficients",
+    "odm_dual_terms",
+    "odm_primal_objective",
+    "odm_dual_objective",
+    "odm_dcd_linear",
+    "odm_dcd_kernel",
+    "odm_newton",
+    "odm_svrg",
+]
+
+
+# ----------------------------------------------------------------------------- the loss
+
+
+def odm_band_loss(z, mu=0.8, theta=0.2):
+    """(1 - theta - z)_+^2 + mu (z - 1 - theta)_+^2: zero inside the band [1 - theta, 1 + theta]."""
+    z = np.asarray(z, dtype=np.float64)
+    lo = np.maximum(1.0 - theta - z, 0.0)
+    hi = np.maximum(z - 1.0 - theta, 0.0)
+    return lo * lo + mu * hi * hi
+
+
+def odm_band_loss_grad(z, mu=0.8, theta=0.2):
+    """d/dz of :func:`odm_band_loss`: -2 (1 - theta - z)_+ + 2 mu (z - 1 - theta)_+."""
+    z = np.asarray(z, dtype=np.float64)
+    return -2.0 * np.maximum(1.0 - theta - z, 0.0) + 2.0 * mu * np.maximum(z - 1.0 - theta, 0.0)
+
+
+def odm_band_loss_hess(z, mu=0.8, theta=0.2):
+    """Generalised second derivative: 2 below the band, 2 mu above it, 0 inside."""
+    z = np.asarray(z, dtype=np.float64)
+    return np.where(z < 1.0 - theta, 2.0, 0.0) + np.where(z > 1.0 + theta, 2.0 * mu, 0.0)
+
+
+# ----------------------------------------------------------------------------- objective
+
+
+def odm_coefficients(sample_weight, lam, theta) -> np.ndarray:
+    """c_i = kappa s_i / S with kappa = lam / (1 - theta)^2."""
+    s = np.asarray(sample_weight, dtype=np.float64)
+    kappa = lam / (1.0 - theta) ** 2
+    return kappa * s / s.sum()
+
+
+def odm_dual_terms(sample_weight, lam, mu, theta):
+    """(n_var, D, p, U) of the ODM dual for :mod:`margindist.solvers.dcd`."""
+    c = odm_coefficients(sample_weight, lam, theta)
+    m = c.shape[0]
+    Da = 0.5 / c
+    if mu > 0:
+        D = np.concatenate([Da, Da / mu])
+        p = np.concatenate([np.full(m, theta - 1.0), np.full(m, theta + 1.0)])
+        n_var = 2 * m
+    else:
+        D, p, n_var = Da, np.full(m, theta - 1.0), m
+    return n_var, D, p, np.full(n_var, np.inf)
+
+
+def odm_primal_objective(w_sq, z, sample_weight, lam, mu, theta) -> float:
+    """P = 1/2 ||w||^2 + sum_i c_i band_loss(z_i); ``w_sq`` = ||w||^2 (bias weight included)."""
+    c = odm_coefficients(sample_weight, lam, theta)
+    return 0.5 * float(w_sq) + float(c @ odm_band_loss(z, mu, theta))
+
+
+def odm_dual_objective(gQg, a, sample_weight, lam, mu, theta) -> float:
+    """The dual objective (to be minimised): 1/2 gamma^T Q gamma + sum D/2 a^2 + p^T a.
+
+    ``gQg`` = gamma^T Q gamma (= ||w||^2 on the linear path). At the optimum it equals
+    -P(w*).
+    """
+    _, D, p, _ = odm_dual_terms(sample_weight, lam, mu, theta)
+    a = np.asarray(a, dtype=np.float64)
+    return 0.5 * float(gQg) + float(0.5 * (D * a) @ a + p @ a)
+
+
+# ----------------------------------------------------------------------------- dual coordinate descent
+
+
+def odm_dcd_linear(X, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0, tol=1e-3,
+                   max_iter=1000, a0=None, shrinking=True, random_state=None):
+    """Linear ODM by DCD. Returns (w (d,), b = bias * w_B, a = [alpha; beta], n_iter)."""
+    n_var, D, p, U = odm_dual_terms(sample_weight, lam, mu, theta)
+    res = dcd_linear(X, y, D, p, U, n_var=n_var, bias=bias, a0=a0, tol=tol, max_iter=max_iter,
+                     shrinking=shrinking, random_state=random_state, warn_label="ODM")
+    return res.w[:-1].copy(), float(bias * res.w[-1]), res.a, res.n_iter
+
+
+def odm_dcd_kernel(cache: KernelRowCache | None, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, gram=None,
+                   bias=1.0, tol=1e-3, max_iter=1000, a0=None, shrinking=True, random_state=None):
+    """Kernel ODM by DCD, kernel rows from ``cache`` or from a dense Gram matrix ``gram``.
+
+    Returns (dual_coef = y * gamma (m,), b = bias^2 sum(dual_coef), a, n_iter, u = Q gamma);
+    f(x) = sum_j dual_coef_j k(x_j, x) + b.
+    """
+    n_var, D, p, U = odm_dual_terms(sample_weight, lam, mu, theta)
+    res = dcd_kernel(y, D, p, U, n_var=n_var, cache=cache, gram=gram, bias=bias, a0=a0, tol=tol,
+                     max_iter=max_iter, shrinking=shrinking, random_state=random_state,
+                     warn_label="ODM")
+    m = y.shape[0]
+    coef = np.asarray(y, dtype=np.float64) * res.gamma(m)
+    return coef, float(bias * bias * coef.sum()), res.a, res.n_iter, res.u
+
+
+# ----------------------------------------------------------------------------- products with Xh
+
+
+@njit(cache=True)
+def _xv(Xd, data, indices, indptr, sparse, bias, v, out):
+    """out = Xh v (v of length d + 1)."""
+    d = v.shape[0] - 1
+    m = out.shape[0]
+    for i in range(m):
+        acc = 0.0
+        if sparse:
+            for t in range(indptr[i], indptr[i + 1]):
+                acc += v[indices[t]] * data[t]
+        else:
+            for f in range(d):
+                acc += v[f] * Xd[i, f]
+        out[i] = acc + v[d] * bias
+
+
+@njit(cache=True)
+def _xtr(Xd, data, indices, indptr, sparse, bias, r, out):
+    """out = Xh^T r (out of length d + 1)."""
+    d = out.shape[0] - 1
+    out[:] = 0.0
+    tot = 0.0
+    for i in range(r.shape[0]):
+        ri = r[i]
+        if ri == 0.0:
+            continue
+        tot += ri
+        if sparse:
+            for t in range(indptr[i], indptr[i + 1]):
+                out[indices[t]] += ri * data[t]
+        else:
+            for f in range(d):
+                out[f] += ri * Xd[i, f]
+    out[d] = tot * bias
+
+
+class _Design:
+    """Xh = [X, B] products in float64 without densifying or copying X."""
+
+    def __init__(self, X, bias):
+        self.parts = csr_parts(X)
+        self.bias = float(bias)
+        self.m, self.d = X.shape
+
+    def xv(self, v):
+        out = np.empty(self.m)
+        _xv(*self.parts, self.bias, np.ascontiguousarray(v, dtype=np.float64), out)
+        return out
+
+    def xtr(self, r):
+        out = np.empty(self.d + 1)
+        _xtr(*self.parts, self.bias, np.ascontiguousarray(r, dtype=np.float64), out)
+        return out
+
+
+def _odm_grad(v, z, A: _Design, y, c, mu, theta):
+    return v + A.xtr(y * c * odm_band_loss_grad(z, mu, theta))
+
+
+# ----------------------------------------------------------------------------- Newton
+
+
+def _cg(hessp, rhs, rtol, max_cg):
+    x = np.zeros_like(rhs)
+    r = rhs.copy()
+    pdir = r.copy()
+    rr = r @ r
+    stop = (rtol**2) * rr
+    n = 0
+    while n < max_cg and rr > stop:
+        Hp = hessp(pdir)
+        alpha = rr / (pdir @ Hp)
+        x += alpha * pdir
+        r -= alpha * Hp
+        rr_new = r @ r
+        pdir = r + (rr_new / rr) * pdir
+        rr = rr_new
+        n += 1
+    return x, n
+
+
+def _line_search(v, dvec, z, e, c, mu, theta):
+    """argmin_t P(v + t d) for the convex piecewise quadratic phi(t); e = y * Xh d."""
+    vd, dd = float(v @ dvec), float(dvec @ dvec)
+
+    def dphi(t):
+        zt = z + t * e
+        return vd + t * dd + float((c * odm_band_loss_grad(zt, mu, theta)) @ e)
+
+    def ddphi(t):
+        zt = z + t * e
+        return dd + float((c * odm_band_loss_hess(zt, mu, theta)) @ (e * e))
+
+    # bracket [lo, hi] with dphi(lo) < 0 <= dphi(hi); dphi(0) < 0 for a descent direction
+    lo, hi = 0.0, 1.0
+    g_hi = dphi(hi)
+    while g_hi < 0.0:
+        lo, hi = hi, 2.0 * hi
+        g_hi = dphi(hi)
+        if hi > 1e12:
+            break
+    t = 1.0 if lo == 0.0 else hi
+    for _ in range(100):
+        g = dphi(t)
+        if abs(g) <= 1e-13 * (abs(vd) + dd + 1.0):
+            break
+        if g < 0.0:
+            lo = t
+        else:
+            hi = t
+        t_new = t - g / ddphi(t)
+        if not (lo < t_new < hi):
+            t_new = 0.5 * (lo + hi)
+        if abs(t_new - t) <= 1e-15 * max(1.0, abs(t)):
+            t = t_new
+            break
+        t = t_new
+    return t
+
+
+def odm_newton(X, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0, tol=1e-3, max_iter=1000,
+               w0=None, log=None):
+    """Linear ODM by Newton-CG on the primal.
+
+    Stops when ||grad P(v)|| <= tol * ||grad P(0)|| (v = [w, w_B]). Returns (w, b, n_iter).
+    """
+    y = np.asarray(y, dtype=np.float64)
+    A = _Design(X, bias)
+    c = odm_coefficients(sample_weight, lam, theta)
+    v = np.zeros(A.d + 1) if w0 is None else np.array(w0, dtype=np.float64).ravel()
+    g_ref = np.linalg.norm(_odm_grad(np.zeros(A.d + 1), np.zeros(A.m), A, y, c, mu, theta))
+    z = y * A.xv(v)
+    converged = False
+    it = 0
+    while it < max_iter:
+        g = _odm_grad(v, z, A, y, c, mu, theta)
+        gnorm = np.linalg.norm(g)
+        if gnorm <= tol * g_ref:
+            converged = True
+            break
+        h = c * odm_band_loss_hess(z, mu, theta)
+
+        def hessp(s, h=h):
+            return s + A.xtr(h * A.xv(s))
+
+        dvec, n_cg = _cg(hessp, -g, min(0.1, np.sqrt(gnorm / max(g_ref, 1e-300))), 10 * (A.d + 1))
+        e = y * A.xv(dvec)
+        t = _line_search(v, dvec, z, e, c, mu, theta)
+        v += t * dvec
+        z += t * e
+        it += 1
+        if log is not None:
+            log.debug("ODM Newton it %d |g| %.3e cg %d step %.3g", it, gnorm, n_cg, t)
+    if not converged:
+        warnings.warn(
+            f"ODM: Newton's method did not reach tol={tol:g} in max_iter={max_iter} iterations. "
+            "Increase max_iter, loosen tol, or scale the features.",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
+    return v[:-1].copy(), float(bias * v[-1]), it
+
+
+# ----------------------------------------------------------------------------- SVRG
+
+
+@njit(cache=True)
+def _svrg_epoch(Xd, data, indices, indptr, sparse, bias, y, cm, mu, theta, r, xr, snap, eta,
+                n_steps, rng, v):
+    """One SVRG inner loop. w = A v + Bc r, r = w_snap - full_grad; returns w (dense).
+
+    cm_i = m c_i; snap_i = cm_i * loss'(z_i(w_snap)) * y_i; xr_i = <xh_i, r>.
+    """
+    m = y.shape[0]
+    d = v.shape[0] - 1
+    A = 1.0
+    Bc = 0.0
+    for _ in range(n_steps):
+        i = np.int64(_xorshift(rng) % np.uint64(m))
+        acc = 0.0
+        if sparse:
+            for t in range(indptr[i], indptr[i + 1]):
+                acc += v[indices[t]] * data[t]
+        else:
+            for f in range(d):
+                acc += v[f] * Xd[i, f]
+        acc += v[d] * bias
+        zi = y[i] * (A * acc + Bc * xr[i])
+        if zi < 1.0 - theta:
+            dl = -2.0 * (1.0 - theta - zi)
+        elif zi > 1.0 + theta:
+            dl = 2.0 * mu * (zi - 1.0 - theta)
+        else:
+            dl = 0.0
+        delta = cm[i] * dl * y[i] - snap[i]
+        A *= 1.0 - eta
+        Bc = (1.0 - eta) * Bc + eta
+        if delta != 0.0:
+            coef = -eta * delta / A
+            if sparse:
+                for t in range(indptr[i], indptr[i + 1]):
+                    v[indices[t]] += coef * data[t]
+            else:
+                for f in range(d):
+                    v[f] += coef * Xd[i, f]
+            v[d] += coef * bias
+        if A < 1e-9:
+            for f in range(d + 1):
+                v[f] *= A
+            A = 1.0
+    out = np.empty(d + 1)
+    for f in range(d + 1):
+        out[f] = A * v[f] + Bc * r[f]
+    return out
+
+
+def odm_svrg(X, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0, tol=1e-3, max_iter=1000,
+             w0=None, step=None, random_state=None, log=None):
+    """Linear ODM by SVRG (one epoch of m uniformly drawn steps per snapshot).
+
+    P(w) = (1/m) sum_i f_i(w), f_i = 1/2 ||w||^2 + m c_i band_loss(z_i); ``step`` defaults to
+    1 / (4 L_max), L_i = 1 + 2 m c_i max(1, mu) ||xh_i||^2. Stops when the full gradient at the
+    snapshot satisfies ||grad P|| <= tol * ||grad P(0)||. Raises FloatingPointError if the
+    weights become non-finite (a step too large for the data). Returns (w, b, n_iter).
+    """
+    y = np.asarray(y, dtype=np.float64)
+    A = _Design(X, bias)
+    m = A.m
+    c = odm_coefficients(sample_weight, lam, theta)
+    cm = m * c
+    sq = row_sq_norms(X) + bias * bias
+    L = 1.0 + 2.0 * cm * max(1.0, mu) * sq
+    eta = 1.0 / (4.0 * float(L.max())) if step is None else float(step)
+    rng = seed_from(random_state)
+    w = np.zeros(A.d + 1) if w0 is None else np.array(w0, dtype=np.float64).ravel()
+    g_ref = np.linalg.norm(_odm_grad(np.zeros(A.d + 1), np.zeros(m), A, y, c, mu, theta))
+    converged = False
+    it = 0
+    while True:
+        z = y * A.xv(w)
+        if not np.all(np.isfinite(z)):
+            raise FloatingPointError(
+                f"ODM SVRG diverged (non-finite weights) with step {eta:.3g}; the step is too large "
+                "for this data. Use the default step, solver='dcd' or solver='newton'."
+            )
+        snap = cm * odm_band_loss_grad(z, mu, theta) * y
+        full = w + A.xtr(snap / m)
+        gnorm = np.linalg.norm(full)
+        if gnorm <= tol * g_ref:
+            converged = True
+            break
+        if it >= max_iter:
+            break
+        r = w - full
+        xr = A.xv(r)
+        v = w.copy()
+        w = _svrg_epoch(*A.parts, A.bias, y, cm, float(mu), float(theta), r, xr, snap, eta, m, rng, v)
+        it += 1
+        if log is not None:
+            log.debug("ODM SVRG epoch %d |g| %.3e", it, gnorm)
+    if not converged:
+        warnings.warn(
+            f"ODM: SVRG did not reach tol={tol:g} in max_iter={max_iter} epochs. Increase "
+            "max_iter, loosen tol, or use solver='dcd' / 'newton'.",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
+    return w[:-1].copy(), float(bias * w[-1]), it

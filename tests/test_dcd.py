@@ -1,0 +1,167 @@
+"""The generic box-QP dual coordinate descent (margindist.solvers.dcd) against scipy."""
+
+import numpy as np
+import pytest
+import scipy.optimize as so
+import scipy.sparse as sp
+from sklearn.exceptions import ConvergenceWarning
+
+from margindist.kernels import KernelRowCache, KernelSpec, resolve_kernel
+from margindist.solvers.dcd import dcd_kernel, dcd_linear
+
+
+def _problem(rng, m=40, d=5, two_sided=True, finite_box=False):
+    X = rng.normal(size=(m, d))
+    y = np.where(rng.random(m) < 0.5, -1.0, 1.0)
+    n_var = 2 * m if two_sided else m
+    D = rng.uniform(0.1, 2.0, size=n_var)
+    p = rng.normal(size=n_var)
+    U = rng.uniform(0.2, 1.0, size=n_var) if finite_box else np.full(n_var, np.inf)
+    return X, y, n_var, D, p, U
+
+
+def _dual_objective(Q, D, p, m):
+    def f(a):
+        g = a[:m] - a[m:] if a.shape[0] == 2 * m else a
+        return 0.5 * g @ Q @ g + 0.5 * (D * a) @ a + p @ a
+
+    def grad(a):
+        g = a[:m] - a[m:] if a.shape[0] == 2 * m else a
+        Qg = Q @ g
+        out = D * a + p
+        out[:m] += Qg
+        if a.shape[0] == 2 * m:
+            out[m:] -= Qg
+        return out
+
+    return f, grad
+
+
+def _reference(Q, D, p, U, m):
+    f, grad = _dual_objective(Q, D, p, m)
+    bounds = [(0.0, None if np.isinf(u) else u) for u in U]
+    res = so.minimize(f, np.zeros(D.shape[0]), jac=grad, method="L-BFGS-B", bounds=bounds,
+                      options=dict(ftol=1e-15, gtol=1e-12, maxiter=50000, maxcor=50))
+    return res.fun, f
+
+
+@pytest.mark.parametrize("two_sided", [True, False])
+@pytest.mark.parametrize("finite_box", [True, False])
+def test_linear_matches_scipy(rng, two_sided, finite_box):
+    X, y, n_var, D, p, U = _problem(rng, two_sided=two_sided, finite_box=finite_box)
+    m = X.shape[0]
+    Xh = np.c_[X, np.ones(m)]
+    Q = (y[:, None] * (Xh @ Xh.T)) * y[None, :]
+    ref, f = _reference(Q, D, p, U, m)
+    res = dcd_linear(X, y, D, p, U, n_var=n_var, bias=1.0, tol=1e-10, random_state=0)
+    assert res.converged
+    assert f(res.a) == pytest.approx(ref, rel=1e-6, abs=1e-9)
+    assert f(res.a) <= ref + 1e-9 * max(1.0, abs(ref))
+    # w is X^T Y gamma
+    np.testing.assert_allclose(res.w, Xh.T @ (y * res.gamma(m)), atol=1e-10)
+    assert np.all(res.a >= 0) and np.all(res.a <= U)
+
+
+def test_kernel_matches_linear_and_scipy(rng):
+    X, y, n_var, D, p, U = _problem(rng)
+    m = X.shape[0]
+    lin = dcd_linear(X, y, D, p, U, n_var=n_var, bias=0.5, tol=1e-11, random_state=0)
+    spec = resolve_kernel("linear")
+    cache = KernelRowCache(spec, X, max_bytes=3 * 8 * m)  # 3 rows: heavy eviction
+    ker = dcd_kernel(y, D, p, U, n_var=n_var, cache=cache, bias=0.5, tol=1e-11, random_state=1)
+    assert cache.misses > m  # rows were really recomputed on demand
+    np.testing.assert_allclose(ker.a, lin.a, atol=1e-8)
+    K = X @ X.T
+    full = dcd_kernel(y, D, p, U, n_var=n_var, gram=K, bias=0.5, tol=1e-11, random_state=2)
+    np.testing.assert_allclose(full.a, lin.a, atol=1e-8)
+    Q = (y[:, None] * (K + 0.25)) * y[None, :]
+    np.testing.assert_allclose(full.u, Q @ full.gamma(m), atol=1e-10)
+    ref, f = _reference(Q, D, p, U, m)
+    assert f(full.a) == pytest.approx(ref, rel=1e-6)
+
+
+def test_rbf_kernel_cache_sizes_agree(rng):
+    X, y, n_var, D, p, U = _problem(rng, m=60)
+    spec = resolve_kernel("rbf", X, gamma=0.3)
+    small = dcd_kernel(y, D, p, U, n_var=n_var, cache=KernelRowCache(spec, X, max_bytes=1),
+                       tol=1e-11, random_state=0)
+    big = dcd_kernel(y, D, p, U, n_var=n_var, gram=spec(X), tol=1e-11, random_state=0)
+    np.testing.assert_allclose(small.a, big.a, atol=1e-9)
+
+
+def test_offsets_linear_and_kernel_agree(rng):
+    """A linear offset w0 and the kernel offset u0 = Y Xh w0 define the same problem."""
+    X, y, _, _, _, _ = _problem(rng, two_sided=False, finite_box=True)
+    m = X.shape[0]
+    w0 = rng.normal(size=X.shape[1] + 1)
+    U = np.full(m, 0.7)
+    lin = dcd_linear(X, y, 0.0, -1.0, U, n_var=m, bias=1.0, w0=w0, tol=1e-11, random_state=0)
+    u0 = y * (np.c_[X, np.ones(m)] @ w0)
+    ker = dcd_kernel(y, 0.0, -1.0, U, n_var=m, gram=X @ X.T, bias=1.0, u0=u0, tol=1e-11, random_state=0)
+    np.testing.assert_allclose(lin.a, ker.a, atol=1e-8)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_dense_csr_and_float32(rng, dtype):
+    X, y, n_var, D, p, U = _problem(rng, m=50, d=8)
+    X[rng.random(X.shape) < 0.6] = 0.0
+    X = X.astype(dtype)
+    dense = dcd_linear(X, y, D, p, U, n_var=n_var, tol=1e-10, random_state=0)
+    csr = dcd_linear(sp.csr_matrix(X), y, D, p, U, n_var=n_var, tol=1e-10, random_state=0)
+    np.testing.assert_allclose(dense.a, csr.a, atol=1e-10)
+    ref = dcd_linear(X.astype(np.float64), y, D, p, U, n_var=n_var, tol=1e-10, random_state=0)
+    np.testing.assert_allclose(dense.a, ref.a, atol=1e-9)  # same numbers, w accumulated in float64
+
+
+def test_shrinking_and_seed_do_not_change_the_solution(rng):
+    X, y, n_var, D, p, U = _problem(rng, finite_box=True)
+    a = dcd_linear(X, y, D, p, U, n_var=n_var, tol=1e-11, shrinking=True, random_state=0).a
+    b = dcd_linear(X, y, D, p, U, n_var=n_var, tol=1e-11, shrinking=False, random_state=5).a
+    np.testing.assert_allclose(a, b, atol=1e-8)
+    c = dcd_linear(X, y, D, p, U, n_var=n_var, tol=1e-3, random_state=3).a
+    d = dcd_linear(X, y, D, p, U, n_var=n_var, tol=1e-3, random_state=3).a
+    np.testing.assert_array_equal(c, d)  # reproducible
+
+
+def test_warm_start_takes_one_epoch(rng):
+    X, y, n_var, D, p, U = _problem(rng)
+    res = dcd_linear(X, y, D, p, U, n_var=n_var, tol=1e-8, random_state=0)
+    again = dcd_linear(X, y, D, p, U, n_var=n_var, tol=1e-8, a0=res.a, random_state=1)
+    assert again.n_iter == 1 and again.converged
+    np.testing.assert_allclose(again.a, res.a, atol=1e-12)
+    K = X @ X.T
+    kres = dcd_kernel(y, D, p, U, n_var=n_var, gram=K, tol=1e-8, random_state=0)
+    kagain = dcd_kernel(y, D, p, U, n_var=n_var, gram=K, tol=1e-8, a0=kres.a, random_state=0)
+    assert kagain.n_iter == 1
+
+
+def test_max_iter_warns_with_remedy(rng):
+    X, y, n_var, D, p, U = _problem(rng)
+    with pytest.warns(ConvergenceWarning, match="Increase max_iter"):
+        res = dcd_linear(X, y, D, p, U, n_var=n_var, tol=1e-12, max_iter=1, random_state=0)
+    assert res.n_iter == 1 and not res.converged
+
+
+def test_zero_rows_and_bad_input(rng):
+    X, y, n_var, D, p, U = _problem(rng, two_sided=False, finite_box=True)
+    X[:3] = 0.0
+    res = dcd_linear(X, y, 0.0, -1.0, U, n_var=X.shape[0], bias=0.0, tol=1e-10, random_state=0)
+    # a zero row with D = 0 has the constant gradient -1: its variable goes to the upper bound
+    np.testing.assert_allclose(res.a[:3], U[:3])
+    with pytest.raises(ValueError, match="n_var"):
+        dcd_linear(X, y, D[:5], p[:5], U[:5], n_var=5)
+    with pytest.raises(ValueError, match="D >= 0"):
+        dcd_linear(X, y, -1.0, p, U, n_var=X.shape[0])
+    with pytest.raises(ValueError, match="exactly one"):
+        dcd_kernel(y, 1.0, p, U, n_var=X.shape[0])
+    with pytest.raises(ValueError, match="gram must be"):
+        dcd_kernel(y, 1.0, p, U, n_var=X.shape[0], gram=np.eye(3))
+
+
+def test_precomputed_cache_matches_gram(rng):
+    X, y, n_var, D, p, U = _problem(rng)
+    K = X @ X.T
+    cache = KernelRowCache(KernelSpec("precomputed"), K, max_bytes=10**6)
+    a = dcd_kernel(y, D, p, U, n_var=n_var, cache=cache, tol=1e-11, random_state=0).a
+    b = dcd_kernel(y, D, p, U, n_var=n_var, gram=K, tol=1e-11, random_state=0).a
+    np.testing.assert_allclose(a, b, atol=1e-9)

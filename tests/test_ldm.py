@@ -1,0 +1,316 @@
+"""LDM: the stable kernel dual, the factored linear dual, averaged SGD and the estimator."""
+
+import numpy as np
+import pytest
+import scipy.linalg as sla
+import scipy.optimize as so
+import scipy.sparse as sp
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.preprocessing import MinMaxScaler
+from sklearn.svm import LinearSVC
+
+from margindist.datasets import load_dataset
+from margindist.models.ldm import LDM
+from margindist.solvers.dcd import csr_parts
+from margindist.solvers.ldm import (
+    ASGDState,
+    LDMKernelBase,
+    LDMLinearFactor,
+    _asgd_pass,
+    ldm_asgd,
+    ldm_dcd_kernel,
+    ldm_dcd_linear,
+    ldm_primal_objective,
+    ldm_sgd_objective,
+)
+
+PARAMS = [(2**-2, 2**-2, 1.0), (2**-8, 2**-5, 10.0), (2**-5, 0.0, 50.0), (0.0, 2**-3, 1.0)]
+
+
+def _data(rng, m=60, d=3):
+    X = rng.normal(size=(m, d))
+    y = np.where(X[:, 0] + 0.6 * rng.normal(size=m) > 0, 1.0, -1.0)
+    return X, y
+
+
+def _scaled(name):
+    X, y = load_dataset(name)
+    return MinMaxScaler().fit_transform(X), y
+
+
+def _gram_rbf(X, gamma=0.5):
+    return np.exp(-gamma * ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
+
+
+def test_stable_H_equals_reference_pinv_form(rng):
+    """H = Y G A^{-1} Y equals the paper's / reference code's Y G pinv(Q) G Y, Q = G + c(m G G - G y y^T G)."""
+    X, y = _data(rng)
+    m = X.shape[0]
+    for G in (np.c_[X, np.ones(m)] @ np.c_[X, np.ones(m)].T,  # rank 4: singular
+              _gram_rbf(X) + 1.0):
+        for lambda1 in (2**-8, 2**-2, 4.0):
+            c = 4 * lambda1 / m**2
+            Q = G + c * (m * G @ G - np.outer(G @ y, G @ y))
+            H_ref = (y[:, None] * (G @ np.linalg.pinv(Q, rcond=1e-13) @ G)) * y[None, :]
+            H = LDMKernelBase(G, np.ones(m), lambda1).system(y).H
+            np.testing.assert_allclose(H, H_ref, atol=1e-9 * np.abs(H_ref).max())
+            np.testing.assert_array_equal(H, H.T)
+
+
+def test_alpha_solves_the_stationarity_condition(rng):
+    X, y = _data(rng)
+    m = X.shape[0]
+    s = rng.uniform(0.5, 2.0, size=m)
+    G = _gram_rbf(X) + 1.0
+    lambda1, lambda2 = 0.3, 0.2
+    sys = LDMKernelBase(G, s, lambda1).system(y)
+    beta = rng.uniform(0, 1, size=m)
+    alpha = sys.alpha(beta, lambda2)
+    S = s.sum()
+    c = 4 * lambda1 / S**2
+    A = np.eye(m) + c * (y[:, None] * (S * np.diag(s) - np.outer(s, s)) * y[None, :]) @ G
+    np.testing.assert_allclose(A @ alpha, y * (beta + lambda2 / S * s), atol=1e-10)
+    np.testing.assert_allclose(sys.H, (y[:, None] * (G @ np.linalg.solve(A, np.diag(y)))), atol=1e-10)
+
+
+@pytest.mark.parametrize("lambda1,lambda2,C", PARAMS)
+def test_kernel_dual_matches_qp_and_duality_gap(rng, lambda1, lambda2, C):
+    X, y = _data(rng, m=50)
+    m = X.shape[0]
+    s = np.ones(m)
+    G = _gram_rbf(X) + 1.0
+    alpha, beta, _, dual = ldm_dcd_kernel(G, y, s, lambda1, lambda2, C, tol=1e-10, max_iter=100000,
+                                          random_state=0)
+    z = y * (G @ alpha)
+    primal = ldm_primal_objective(alpha @ G @ alpha, z, s, lambda1, lambda2, C)
+    assert primal - dual == pytest.approx(0.0, abs=1e-7 * max(1.0, abs(primal)))
+    H = LDMKernelBase(G, s, lambda1).system(y).H
+    shift = lambda2 / m * s
+
+    def f(b):
+        return 0.5 * b @ H @ b + (H @ shift - 1) @ b
+
+    ref = so.minimize(f, np.zeros(m), jac=lambda b: H @ b + H @ shift - 1, bounds=[(0, C)] * m,
+                      method="L-BFGS-B", options=dict(ftol=1e-15, gtol=1e-12, maxiter=50000))
+    assert f(beta) == pytest.approx(ref.fun, rel=1e-6)
+
+
+@pytest.mark.parametrize("lambda1,lambda2,C", PARAMS)
+def test_linear_dual_matches_kernel_dual(rng, lambda1, lambda2, C):
+    X, y = _data(rng)
+    m = X.shape[0]
+    s = rng.uniform(0.5, 2.0, size=m)
+    Xh = np.c_[X, np.ones(m)]
+    alpha, _, _, dual_k = ldm_dcd_kernel(Xh @ Xh.T, y, s, lambda1, lambda2, C, tol=1e-11, max_iter=100000,
+                                         random_state=0)
+    w, b, _, _, dual_l = ldm_dcd_linear(X, y, s, lambda1, lambda2, C, tol=1e-11, max_iter=100000,
+                                        random_state=1)
+    np.testing.assert_allclose(np.r_[w, b], Xh.T @ alpha, atol=1e-7)
+    assert dual_l == pytest.approx(dual_k, rel=1e-9)
+    z = y * (X @ w + b)
+    primal = ldm_primal_objective(w @ w + b * b, z, s, lambda1, lambda2, C)
+    assert primal - dual_l == pytest.approx(0.0, abs=1e-7 * max(1.0, abs(primal)))
+
+
+def test_sherman_morrison_factor_equals_direct_cholesky(rng):
+    X, y = _data(rng, m=80, d=5)
+    s = rng.uniform(0.5, 2.0, size=80)
+    fac = LDMLinearFactor(X, s, 0.7, 1.0)
+    Z, Linv, LTinv, g = fac.transform(y)
+    Xh = np.c_[X, np.ones(80)]
+    S = s.sum()
+    c = 4 * 0.7 / S**2
+    Qlin = np.eye(6) + c * (S * Xh.T @ (s[:, None] * Xh) - np.outer(g, g))
+    np.testing.assert_allclose(Z @ Z.T, Xh @ np.linalg.solve(Qlin, Xh.T), atol=1e-10)
+    v = rng.normal(size=6)
+    L = np.linalg.cholesky(Qlin)
+    np.testing.assert_allclose(LTinv(Linv(v)), np.linalg.solve(Qlin, v), atol=1e-10)
+    np.testing.assert_allclose(Linv(v) @ Linv(v), v @ np.linalg.solve(Qlin, v), rtol=1e-10)
+    assert L.shape == (6, 6)
+
+
+def test_hinge_special_case_is_linearsvc():
+    """lambda1 = lambda2 = 0: the L1-loss SVM with a regularised bias, LIBLINEAR's dual."""
+    X, y = _scaled("heart")
+    ref = LinearSVC(loss="hinge", C=0.5, tol=1e-8, max_iter=1000000).fit(X, y)
+    est = LDM(lambda1=0.0, lambda2=0.0, C=0.5, tol=1e-8, max_iter=1000000).fit(X, y)
+    np.testing.assert_allclose(est.coef_, ref.coef_, atol=2e-5)
+    np.testing.assert_allclose(est.intercept_, ref.intercept_, atol=2e-5)
+
+
+def test_linear_path_equals_kernel_path_and_csr():
+    X, y = _scaled("sonar")
+    kw = dict(lambda1=2**-3, lambda2=2**-4, C=10.0, tol=1e-9, max_iter=100000)
+    lin = LDM(**kw).fit(X, y)
+    pre = LDM(kernel="precomputed", **kw).fit(X @ X.T, y)
+    np.testing.assert_allclose(pre.decision_function(X @ X.T), lin.decision_function(X), atol=1e-6)
+    Xs = X.copy()
+    Xs[Xs < 0.4] = 0.0
+    a = LDM(**kw).fit(Xs, y)
+    b = LDM(**kw).fit(sp.csr_matrix(Xs), y)
+    np.testing.assert_allclose(a.coef_, b.coef_, atol=1e-7)
+    f32 = LDM(**kw).fit(Xs.astype(np.float32), y)
+    assert f32.coef_.dtype == np.float32
+    np.testing.assert_allclose(f32.coef_, a.coef_, atol=1e-3)
+
+
+def test_sample_weight_is_duplication(rng):
+    X, y = _scaled("heart")
+    sw = rng.integers(0, 3, size=len(y)).astype(float)
+    rep = np.repeat(np.arange(len(y)), sw.astype(int))
+    kw = dict(lambda1=0.25, lambda2=0.1, C=1.0, tol=1e-10, max_iter=100000, random_state=0)
+    a = LDM(**kw).fit(X, y, sample_weight=sw)
+    b = LDM(**kw).fit(X[rep], y[rep])
+    np.testing.assert_allclose(a.coef_, b.coef_, atol=1e-7)
+    ka = LDM(kernel="rbf", gamma=0.3, **kw).fit(X, y, sample_weight=sw)
+    kb = LDM(kernel="rbf", gamma=0.3, **kw).fit(X[rep], y[rep])
+    np.testing.assert_allclose(ka.decision_function(X), kb.decision_function(X), atol=1e-6)
+
+
+def test_multiclass_shared_setup_equals_separate_fits():
+    X, y = _scaled("iris")
+    for kernel in ("linear", "rbf"):
+        kw = dict(kernel=kernel, C=10.0, tol=1e-8, max_iter=100000, random_state=0)
+        seq = LDM(**kw).fit(X, y)  # one factorisation shared by the 3 sub-problems
+        par = LDM(n_jobs=2, **kw).fit(X, y)  # separate set-up per sub-problem
+        np.testing.assert_allclose(seq.decision_function(X), par.decision_function(X), atol=1e-6)
+        assert seq.score(X, y) > 0.9
+    ovo = LDM(multi_class="ovo", C=10.0).fit(X, y)
+    assert ovo.score(X, y) > 0.9
+
+
+def test_warm_start_and_convergence_warning():
+    X, y = _scaled("wdbc")
+    est = LDM(C=10.0, tol=1e-4, warm_start=True, random_state=0).fit(X, y)
+    assert est.n_iter_ > 1
+    est.fit(X, y)
+    assert est.n_iter_ == 1
+    with pytest.warns(ConvergenceWarning, match="max_iter"):
+        LDM(max_iter=2, tol=1e-10).fit(X, y)
+
+
+def test_indefinite_kernel_warns(rng):
+    X, y = _data(rng, m=30)
+    G = X @ X.T - 50.0 * np.eye(30)
+    with pytest.warns(UserWarning, match="not positive semi-definite"):
+        LDMKernelBase(G, np.ones(30), 1.0)
+
+
+# ----------------------------------------------------------------------------- averaged SGD
+
+
+def test_asgd_average_is_the_average_of_the_iterates(rng):
+    """Bottou's lazy representation reproduces the plain running average from step t0 on."""
+    X, y = _data(rng, m=40, d=4)
+    X[rng.random(X.shape) < 0.5] = 0
+    parts = csr_parts(sp.csr_matrix(X))
+    m = X.shape[0]
+    st = ASGDState(5)
+    rng_state = np.array([12345], dtype=np.uint64)
+    sfac, cumw = np.ones(m), np.zeros(0)
+    lam3, l1, l2, eta0, t0 = 0.05, 0.01, 0.01, 0.3, 17.0
+    iterates = []
+    for t in range(150):
+        order = np.array([t % m])
+        _asgd_pass(*parts, 1.0, y, sfac, cumw, order, lam3, l1, l2, eta0, 0.0, t0, st.w, st.abar, st.scal,
+                   rng_state, True)
+        iterates.append(st.weights().copy())
+        # step t (0-based) averages the iterates after steps t0 - 1 ... t
+        first = int(max(0, t0 - 1))
+        expected = np.mean(iterates[first:], axis=0) if t >= first else iterates[-1]
+        np.testing.assert_allclose(st.average(), expected, atol=1e-12)
+
+
+def test_asgd_reaches_dcd_accuracy(rng):
+    m, d = 30000, 20
+    w_true = rng.normal(size=d)
+    X = rng.random((m + 10000, d))
+    f = (X - 0.5) @ w_true
+    y = np.where(f + 0.3 * f.std() * rng.normal(size=m + 10000) > 0, 1, 0)
+    Xtr, ytr, Xte, yte = X[:m], y[:m], X[m:], y[m:]
+    dcd = LDM(solver="dcd", random_state=0).fit(Xtr, ytr)
+    asgd = LDM(solver="asgd", random_state=0).fit(Xtr, ytr)
+    assert abs(asgd.score(Xte, yte) - dcd.score(Xte, yte)) <= 0.005
+    # and the objective F / (C m) is close to the optimum
+    yy = np.where(ytr == 1, 1.0, -1.0)
+    s = np.ones(m)
+    obj = [ldm_sgd_objective(np.r_[e.coef_[0], e.intercept_], Xtr, yy, s, 2**-5, 2**-5, 1.0, m, 1.0)
+           for e in (dcd, asgd)]
+    assert obj[1] <= obj[0] * 1.05
+    st = asgd._asgd_states[0]
+    assert st.eta0 > 0 and st.t == 5 * m
+
+
+def test_asgd_sparse_equals_dense_and_weights(rng):
+    X, y = _data(rng, m=500, d=6)
+    X[rng.random(X.shape) < 0.5] = 0
+    a = ldm_asgd(X, y, np.ones(500), 0.1, 0.1, 1.0, random_state=0)
+    b = ldm_asgd(sp.csr_matrix(X), y, np.ones(500), 0.1, 0.1, 1.0, random_state=0)
+    np.testing.assert_allclose(a[0], b[0], atol=1e-10)
+    sw = np.ones(500)
+    sw[:100] = 3.0
+    w, b_, st, ep = ldm_asgd(X, y, sw, 0.1, 0.1, 1.0, random_state=0)
+    assert np.all(np.isfinite(w)) and st.weight_seen == sw.sum() and ep == 5
+
+
+def test_asgd_divergence_raises(rng):
+    X, y = _data(rng, m=200)
+    st = ASGDState(X.shape[1] + 1)
+    st.eta0, st.t0 = 1e30, 400.0
+    with pytest.raises(FloatingPointError, match="diverged"):
+        ldm_asgd(X * 1e3, y, np.ones(200), 0.1, 0.1, 100.0, state=st, random_state=0)
+
+
+def test_partial_fit_streaming():
+    X, y = _scaled("magic")
+    rng = np.random.default_rng(0)
+    idx = rng.permutation(len(y))
+    tr, te = idx[:12000], idx[12000:]
+    classes = np.unique(y)
+    est = LDM(random_state=0)
+    for batch in np.array_split(tr, 12):
+        est.partial_fit(X[batch], y[batch], classes=classes)
+    full = LDM(solver="asgd", max_iter=1, random_state=0).fit(X[tr], y[tr])
+    assert est.score(X[te], y[te]) >= full.score(X[te], y[te]) - 0.02
+    assert est._asgd_states[0].weight_seen == len(tr)
+    with pytest.raises(ValueError, match="features"):
+        est.partial_fit(X[:10, :3], y[:10])
+    with pytest.raises(ValueError, match="classes must be passed"):
+        LDM().partial_fit(X[:10], y[:10])
+    assert not hasattr(LDM(kernel="rbf"), "partial_fit")
+
+
+def test_partial_fit_multiclass_and_after_fit():
+    X, y = _scaled("iris")
+    est = LDM(C=10.0, random_state=0)
+    for _ in range(20):
+        est.partial_fit(X, y, classes=np.unique(y))
+    assert est.coef_.shape == (3, 4) and est.score(X, y) > 0.8
+    fitted = LDM(C=10.0, random_state=0).fit(X, y)
+    before = fitted.score(X, y)
+    fitted.partial_fit(X, y)  # continues from the DCD solution
+    assert fitted.score(X, y) >= before - 0.1
+    with pytest.raises(ValueError, match="ovr"):
+        LDM(multi_class="ovo").partial_fit(X, y, classes=np.unique(y))
+
+
+def test_asgd_rejects_kernels_and_bad_params():
+    X, y = _scaled("heart")
+    with pytest.raises(ValueError, match="linear model only"):
+        LDM(kernel="rbf", solver="asgd").fit(X, y)
+    with pytest.raises(ValueError, match="lambda1"):
+        LDM(lambda1=-1.0).fit(X, y)
+    with pytest.raises(ValueError, match="C"):
+        LDM(C=0.0).fit(X, y)
+
+
+def test_paper_defaults_and_accuracy_sanity():
+    X, y = _scaled("australian")
+    est = LDM().fit(X[::2], y[::2])
+    assert est.lambda1 == 2**-5 and est.lambda2 == 2**-5 and est.C == 1.0
+    assert est.score(X[1::2], y[1::2]) > 0.8
+    rbf = LDM(kernel="rbf").fit(X[::2], y[::2])
+    assert rbf.score(X[1::2], y[1::2]) > 0.8
+    assert rbf.dual_coef_.shape == (1, len(y[::2]))  # every point has a coefficient
+    np.testing.assert_allclose(rbf.intercept_, rbf.dual_coef_.sum())
+    assert sla.norm(rbf.weight_norm_) > 0

@@ -1,0 +1,277 @@
+"""ODM: objective, dual, solvers and the estimator, checked against independent computations."""
+
+import numpy as np
+import pytest
+import scipy.optimize as so
+import scipy.sparse as sp
+from sklearn.base import clone
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.preprocessing import MinMaxScaler
+from sklearn.svm import LinearSVC
+
+from margindist.datasets import load_dataset
+from margindist.models.odm import ODM
+from margindist.solvers.odm import (
+    odm_band_loss,
+    odm_band_loss_grad,
+    odm_band_loss_hess,
+    odm_coefficients,
+    odm_dcd_kernel,
+    odm_dcd_linear,
+    odm_dual_objective,
+    odm_dual_terms,
+    odm_newton,
+    odm_primal_objective,
+    odm_svrg,
+)
+
+PARAMS = [(1.0, 0.8, 0.2), (10.0, 0.3, 0.5), (0.1, 1.0, 0.0), (5.0, 0.0, 0.4)]
+
+
+def _data(rng, m=80, d=4, scale=1.0):
+    X = rng.normal(size=(m, d)) * scale
+    y = np.where(X[:, 0] + 0.5 * X[:, 1] + 0.7 * rng.normal(size=m) > 0, 1.0, -1.0)
+    return X, y
+
+
+def _primal(X, y, s, lam, mu, theta, bias=1.0):
+    Xh = np.c_[X, np.full(X.shape[0], bias)]
+    c = odm_coefficients(s, lam, theta)
+
+    def f(v):
+        return odm_primal_objective(v @ v, y * (Xh @ v), s, lam, mu, theta)
+
+    def g(v):
+        return v + Xh.T @ (y * c * odm_band_loss_grad(y * (Xh @ v), mu, theta))
+
+    return f, g, Xh
+
+
+def _lbfgs(X, y, s, lam, mu, theta):
+    f, g, Xh = _primal(X, y, s, lam, mu, theta)
+    res = so.minimize(f, np.zeros(Xh.shape[1]), jac=g, method="L-BFGS-B",
+                      options=dict(ftol=1e-15, gtol=1e-12, maxiter=20000, maxcor=30))
+    return res.x, res.fun, f
+
+
+def test_band_loss_derivatives_by_finite_differences(rng):
+    z = rng.uniform(-1, 3, size=200)
+    z = z[np.abs(np.abs(z - 1) - 0.3) > 1e-3]  # away from the kinks of the second derivative
+    h = 1e-6
+    for mu in (0.0, 0.5, 1.0):
+        fd = (odm_band_loss(z + h, mu, 0.3) - odm_band_loss(z - h, mu, 0.3)) / (2 * h)
+        np.testing.assert_allclose(odm_band_loss_grad(z, mu, 0.3), fd, atol=1e-6)
+        fd2 = (odm_band_loss_grad(z + h, mu, 0.3) - odm_band_loss_grad(z - h, mu, 0.3)) / (2 * h)
+        np.testing.assert_allclose(odm_band_loss_hess(z, mu, 0.3), fd2, atol=1e-5)
+    assert np.all(odm_band_loss(np.linspace(0.71, 1.29, 7), 0.8, 0.3) == 0)
+
+
+def test_libodm_convention():
+    """LIBODM: primal coefficient lambda / (m (1 - theta)^2); dual diagonal m (1 - theta)^2 / (2 lambda)."""
+    m, lam, mu, theta = 50, 3.0, 0.5, 0.3
+    c = odm_coefficients(np.ones(m), lam, theta)
+    np.testing.assert_allclose(c, lam / (m * (1 - theta) ** 2))
+    n_var, D, p, U = odm_dual_terms(np.ones(m), lam, mu, theta)
+    np.testing.assert_allclose(D[:m], 0.5 * m * (1 - theta) ** 2 / lam)
+    np.testing.assert_allclose(D[m:], 0.5 * m * (1 - theta) ** 2 / lam / mu)
+    np.testing.assert_allclose(p, np.r_[np.full(m, theta - 1), np.full(m, theta + 1)])
+    assert n_var == 2 * m and np.all(np.isinf(U))
+
+
+@pytest.mark.parametrize("lam,mu,theta", PARAMS)
+def test_dcd_matches_lbfgs_and_duality_gap(rng, lam, mu, theta):
+    X, y = _data(rng)
+    s = np.ones(X.shape[0])
+    v_ref, f_ref, f = _lbfgs(X, y, s, lam, mu, theta)
+    w, b, a, _ = odm_dcd_linear(X, y, s, lam, mu, theta, tol=1e-10, random_state=0)
+    v = np.r_[w, b]
+    assert f(v) == pytest.approx(f_ref, rel=1e-6)
+    np.testing.assert_allclose(v, v_ref, atol=1e-5)
+    dual = odm_dual_objective(v @ v, a, s, lam, mu, theta)
+    assert f(v) + dual == pytest.approx(0.0, abs=1e-9 * max(1.0, abs(f(v))))
+    if mu == 0:
+        assert a.shape[0] == X.shape[0]
+
+
+@pytest.mark.parametrize("lam,mu,theta", PARAMS[:3])
+def test_newton_svrg_dcd_agree(rng, lam, mu, theta):
+    X, y = _data(rng, m=120, d=6)
+    s = rng.uniform(0.5, 2.0, size=X.shape[0])
+    w1, b1, _, _ = odm_dcd_linear(X, y, s, lam, mu, theta, tol=1e-10, random_state=0)
+    w2, b2, _ = odm_newton(X, y, s, lam, mu, theta, tol=1e-12)
+    w3, b3, _ = odm_svrg(X, y, s, lam, mu, theta, tol=1e-10, max_iter=5000, random_state=0)
+    np.testing.assert_allclose(np.r_[w2, b2], np.r_[w1, b1], atol=1e-7)
+    np.testing.assert_allclose(np.r_[w3, b3], np.r_[w1, b1], atol=1e-7)
+
+
+def test_svrg_divergence_raises(rng):
+    X, y = _data(rng, scale=10.0)
+    with pytest.raises(FloatingPointError, match="diverged"):
+        odm_svrg(X, y, np.ones(X.shape[0]), 100.0, 0.8, 0.2, step=10.0, max_iter=50, random_state=0)
+
+
+def test_kernel_dual_matches_primal_and_qp(rng):
+    X, y = _data(rng, m=50)
+    s = np.ones(50)
+    lam, mu, theta = 4.0, 0.6, 0.3
+    gamma = 0.5
+    K = np.exp(-gamma * ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
+    coef, b, a, _, u = odm_dcd_kernel(None, y, s, lam, mu, theta, gram=K, tol=1e-11, random_state=0)
+    gam = y * coef
+    Q = (y[:, None] * (K + 1.0)) * y[None, :]
+    # primal value of the kernel expansion (||w||^2 = gamma^T Q gamma, margins z = Q gamma)
+    z = Q @ gam
+    np.testing.assert_allclose(u, z, atol=1e-10)
+    primal = odm_primal_objective(gam @ Q @ gam, z, s, lam, mu, theta)
+    dual = odm_dual_objective(gam @ Q @ gam, a, s, lam, mu, theta)
+    assert primal + dual == pytest.approx(0.0, abs=1e-9)
+    # the decision function equals the kernel expansion plus b
+    np.testing.assert_allclose(y * (K @ coef + b), z, atol=1e-10)
+    # the dual QP by L-BFGS-B
+    _, D, p, _ = odm_dual_terms(s, lam, mu, theta)
+
+    def f(v):
+        g = v[:50] - v[50:]
+        return 0.5 * g @ Q @ g + 0.5 * (D * v) @ v + p @ v
+
+    def grad(v):
+        Qg = Q @ (v[:50] - v[50:])
+        return D * v + p + np.r_[Qg, -Qg]
+
+    ref = so.minimize(f, np.zeros(100), jac=grad, bounds=[(0, None)] * 100, method="L-BFGS-B",
+                      options=dict(ftol=1e-15, gtol=1e-12, maxiter=20000))
+    assert f(a) == pytest.approx(ref.fun, rel=1e-6)
+
+
+def test_squared_hinge_special_case_is_linearsvc():
+    """theta = 0, mu = 0: kappa/m (1 - z)_+^2 is LIBLINEAR's squared hinge with C = lam / m."""
+    X, y = load_dataset("australian")
+    X = MinMaxScaler().fit_transform(X)
+    m = X.shape[0]
+    ref = LinearSVC(loss="squared_hinge", C=2.0 / m, tol=1e-10, max_iter=100000).fit(X, y)
+    est = ODM(lam=2.0, mu=0.0, theta=0.0, tol=1e-10).fit(X, y)
+    np.testing.assert_allclose(est.coef_, ref.coef_, atol=1e-7)
+    np.testing.assert_allclose(est.intercept_, ref.intercept_, atol=1e-7)
+
+
+def _scaled(name):
+    X, y = load_dataset(name)
+    return MinMaxScaler().fit_transform(X), y
+
+
+def test_linear_path_equals_kernel_path():
+    X, y = _scaled("heart")
+    lin = ODM(lam=3.0, tol=1e-10).fit(X, y)
+    pre = ODM(lam=3.0, kernel="precomputed", tol=1e-10).fit(X @ X.T, y)
+    np.testing.assert_allclose(pre.decision_function(X @ X.T), lin.decision_function(X), atol=1e-7)
+    call = ODM(lam=3.0, kernel=lambda A, B: A @ B.T, tol=1e-10, cache_size=1).fit(X[:100], y[:100])
+    lin100 = ODM(lam=3.0, tol=1e-10).fit(X[:100], y[:100])
+    np.testing.assert_allclose(call.decision_function(X), lin100.decision_function(X), atol=1e-7)
+
+
+@pytest.mark.parametrize("solver", ["dcd", "newton", "svrg"])
+def test_dense_equals_csr_and_float32(solver):
+    X, y = _scaled("sonar")
+    X[X < 0.3] = 0.0
+    kw = dict(lam=5.0, solver=solver, tol=1e-9, random_state=0, max_iter=5000)
+    dense = ODM(**kw).fit(X, y)
+    csr = ODM(**kw).fit(sp.csr_matrix(X), y)
+    np.testing.assert_allclose(csr.coef_, dense.coef_, atol=1e-7)
+    f32 = ODM(**kw).fit(X.astype(np.float32), y)
+    assert f32.coef_.dtype == np.float32
+    np.testing.assert_allclose(f32.coef_, dense.coef_, atol=1e-4)
+
+
+def test_estimator_solvers_agree_and_match_primal():
+    X, y = _scaled("wdbc")
+    kw = dict(lam=20.0, mu=0.5, theta=0.3, tol=1e-10, max_iter=10000, random_state=0)
+    coefs = [ODM(solver=s, **kw).fit(X, y) for s in ("dcd", "newton", "svrg")]
+    for est in coefs[1:]:
+        np.testing.assert_allclose(est.coef_, coefs[0].coef_, atol=1e-6)
+        np.testing.assert_allclose(est.intercept_, coefs[0].intercept_, atol=1e-6)
+    yy = np.where(y == coefs[0].classes_[1], 1.0, -1.0)
+    _, f_ref, f = _lbfgs(X, yy, np.ones(len(y)), 20.0, 0.5, 0.3)
+    v = np.r_[coefs[0].coef_[0], coefs[0].intercept_]
+    assert f(v) == pytest.approx(f_ref, rel=1e-6)
+
+
+def test_warm_start_refit_takes_one_epoch():
+    X, y = _scaled("australian")
+    est = ODM(lam=10.0, tol=1e-6, warm_start=True, random_state=0).fit(X, y)
+    assert est.n_iter_ > 1
+    est.fit(X, y)
+    assert est.n_iter_ == 1
+    newton = ODM(lam=10.0, solver="newton", tol=1e-8, warm_start=True).fit(X, y)
+    newton.fit(X, y)
+    assert newton.n_iter_ == 0
+    rbf = ODM(lam=10.0, kernel="rbf", tol=1e-6, warm_start=True, random_state=0).fit(X, y)
+    rbf.fit(X, y)
+    assert rbf.n_iter_ == 1
+    # a path in lam: warm starts converge to the cold solution
+    cold = ODM(lam=30.0, tol=1e-9).fit(X, y)
+    est.set_params(lam=30.0, tol=1e-9).fit(X, y)
+    np.testing.assert_allclose(est.coef_, cold.coef_, atol=1e-6)
+
+
+def test_sample_weight_is_duplication(rng):
+    X, y = _scaled("heart")
+    sw = rng.integers(0, 3, size=len(y)).astype(float)
+    rep = np.repeat(np.arange(len(y)), sw.astype(int))
+    kw = dict(lam=5.0, tol=1e-10, random_state=0)
+    a = ODM(**kw).fit(X, y, sample_weight=sw)
+    b = ODM(**kw).fit(X[rep], y[rep])
+    np.testing.assert_allclose(a.coef_, b.coef_, atol=1e-8)
+    ka = ODM(kernel="rbf", gamma=0.5, **kw).fit(X, y, sample_weight=sw)
+    kb = ODM(kernel="rbf", gamma=0.5, **kw).fit(X[rep], y[rep])
+    np.testing.assert_allclose(ka.decision_function(X), kb.decision_function(X), atol=1e-7)
+
+
+def test_class_weight_equals_sample_weight():
+    X, y = _scaled("haberman")
+    classes = np.unique(y)
+    cw = {classes[0]: 1.0, classes[1]: 3.0}
+    a = ODM(lam=5.0, class_weight=cw, tol=1e-10).fit(X, y)
+    b = ODM(lam=5.0, tol=1e-10).fit(X, y, sample_weight=np.where(y == classes[1], 3.0, 1.0))
+    np.testing.assert_allclose(a.coef_, b.coef_, atol=1e-9)
+    base = ODM(lam=5.0, tol=1e-10).fit(X, y)
+    assert np.mean(a.predict(X) == classes[1]) > np.mean(base.predict(X) == classes[1])
+
+
+@pytest.mark.parametrize("multi_class", ["ovr", "ovo"])
+def test_multiclass(multi_class):
+    X, y = _scaled("iris")
+    est = ODM(lam=50.0, multi_class=multi_class, random_state=0).fit(X, y)
+    n_problems = 3
+    assert est.coef_.shape == (n_problems, 4) and est.n_iter_.shape == (n_problems,)
+    assert est.score(X, y) > 0.85
+    rbf = ODM(lam=50.0, kernel="rbf", multi_class=multi_class, random_state=0).fit(X, y)
+    assert rbf.score(X, y) > 0.9
+    par = ODM(lam=50.0, kernel="rbf", multi_class=multi_class, random_state=0, n_jobs=2).fit(X, y)
+    np.testing.assert_allclose(par.decision_function(X), rbf.decision_function(X), atol=1e-12)
+
+
+def test_kernel_cache_budget_gives_same_model():
+    X, y = _scaled("sonar")
+    big = ODM(kernel="rbf", lam=20.0, tol=1e-10, random_state=0).fit(X, y)
+    tiny = ODM(kernel="rbf", lam=20.0, tol=1e-10, random_state=0, cache_size=0.01).fit(X, y)
+    np.testing.assert_allclose(tiny.decision_function(X), big.decision_function(X), atol=1e-8)
+
+
+def test_no_intercept_and_parameter_errors():
+    X, y = _scaled("heart")
+    est = ODM(fit_intercept=False).fit(X, y)
+    assert np.all(est.intercept_ == 0)
+    with pytest.raises(ValueError, match="linear primal"):
+        ODM(kernel="rbf", solver="newton").fit(X, y)
+    with pytest.raises(ValueError, match="mu"):
+        ODM(mu=1.5).fit(X, y)
+    with pytest.raises(ValueError, match="theta"):
+        ODM(theta=1.0).fit(X, y)
+    with pytest.warns(ConvergenceWarning, match="max_iter"):
+        ODM(max_iter=1, tol=1e-12).fit(X, y)
+
+
+def test_clone_and_accuracy_sanity():
+    X, y = _scaled("australian")
+    est = clone(ODM(lam=100.0)).fit(X[::2], y[::2])
+    assert est.score(X[1::2], y[1::2]) > 0.8
