@@ -1,0 +1,406 @@
+"""M3SVM / ISM3 (Nie, Hao, Wang 2024): objective, gradient, solvers, estimator behaviour."""
+
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.optimize import minimize
+from sklearn.datasets import load_iris, make_blobs
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+from sklearn.svm import LinearSVC
+from sklearn.utils._param_validation import InvalidParameterError
+
+import margindist.models.m3svm as m3svm_module
+from margindist.datasets import load_dataset
+from margindist.losses import smooth_hinge, smooth_hinge_derivative
+from margindist.models.m3svm import M3SVM
+from margindist.solvers.m3svm import (
+    m3svm_adam,
+    m3svm_lbfgs,
+    m3svm_objective,
+    pairwise_penalty,
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_torch_thread():
+    """The estimator's Adam runs through torch when it is installed; torch's thread pool costs
+    more than it saves on these tiny problems (and a lot on a busy machine)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        try:
+            import torch
+        except ImportError:
+            yield
+            return
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def iris():
+    X, y = load_iris(return_X_y=True)
+    return StandardScaler().fit_transform(X), y
+
+
+def central_diff(f, x, h=1e-6):
+    g = np.empty_like(x)
+    for j in range(x.size):
+        e = np.zeros_like(x)
+        e[j] = h
+        g[j] = (f(x + e) - f(x - e)) / (2 * h)
+    return g
+
+
+def naive_penalty(W, p):
+    """sum_{k<l} ||w_k - w_l||^p from explicit differences, and p ||v||^(p-2) v per pair."""
+    K = W.shape[0]
+    R, G = 0.0, np.zeros_like(W)
+    for k in range(K):
+        for l in range(k + 1, K):
+            v = W[k] - W[l]
+            nv = np.linalg.norm(v)
+            R += nv**p
+            if nv > 0:
+                G[k] += p * nv ** (p - 2) * v
+                G[l] -= p * nv ** (p - 2) * v
+    return R, G
+
+
+# ----------------------------------------------------------------------------- losses
+def test_smooth_hinge_bounds_and_derivative():
+    t = np.linspace(-50, 50, 2001)
+    for delta in (0.01, 0.1, 1.0):
+        gap = smooth_hinge(t, delta) - np.maximum(0, t)
+        assert np.all(gap >= 0) and np.all(gap <= delta / 2 + 1e-15)
+        assert np.isclose(gap[1000], delta / 2)
+        fd = (smooth_hinge(t + 1e-6, delta) - smooth_hinge(t - 1e-6, delta)) / 2e-6
+        np.testing.assert_allclose(smooth_hinge_derivative(t, delta), fd, atol=1e-6)
+    # no cancellation far on the negative side: g(t) ~ delta^2 / (4 |t|)
+    assert np.isclose(smooth_hinge(-1e8, 0.1), 0.01 / 4e8, rtol=1e-10)
+
+
+# ----------------------------------------------------------------------------- regulariser
+@pytest.mark.parametrize("p", [1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+def test_pairwise_penalty_matches_explicit_differences(p):
+    rng = np.random.default_rng(1)
+    W = rng.normal(size=(6, 5)) * 3
+    W[3] = W[1]  # zero distance
+    W[4] = W[2] + 1e-10 * rng.normal(size=5)  # distance lost to cancellation in the Gram form
+    R, G = pairwise_penalty(W, p)
+    R0, G0 = naive_penalty(W, p)
+    assert np.isclose(R, R0, rtol=1e-12)
+    np.testing.assert_allclose(G, G0, rtol=1e-7, atol=1e-12 * np.abs(G0).max())
+
+
+def test_pairwise_penalty_p2_is_laplacian_form():
+    # Theorem 5 of the paper: sum_{k<l} ||w_k - w_l||^2 = K ||W||^2 - ||W^T 1||^2
+    W = np.random.default_rng(2).normal(size=(5, 7))
+    R, _ = pairwise_penalty(W, 2)
+    assert np.isclose(R, 5 * np.sum(W**2) - np.sum(W.sum(0) ** 2))
+
+
+def test_pairwise_penalty_at_zero_weights():
+    R, G = pairwise_penalty(np.zeros((4, 3)), 1.0)
+    assert R == 0 and np.all(G == 0)
+
+
+# ----------------------------------------------------------------------------- gradient
+@pytest.mark.parametrize("loss", ["smooth_hinge", "softmax"])
+@pytest.mark.parametrize("p", [1.0, 1.5, 2.0, 4.0])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_gradient_matches_finite_differences(loss, p, sparse):
+    rng = np.random.default_rng(3)
+    n, d, K = 40, 6, 4
+    X = rng.normal(size=(n, d)) * (rng.random((n, d)) < 0.6)
+    y = rng.integers(0, K, n)
+    sw = rng.uniform(0.2, 3.0, n)
+    Xf = sp.csr_matrix(X) if sparse else X
+    theta = rng.normal(size=K * d + K)
+    theta[d:2 * d] = theta[:d]  # w_0 == w_1: zero pairwise distance
+    kw = dict(lam=0.7, p=p, delta=0.3, eps=1e-3, loss=loss, fit_intercept=True)
+    f, g = m3svm_objective(theta, Xf, y, sw, K, **kw)
+    fd = central_diff(lambda t: m3svm_objective(t, Xf, y, sw, K, **kw)[0], theta)
+    np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-6 * np.abs(fd).max())
+    # an independent value: the objective written out per sample
+    W, b = theta[:K * d].reshape(K, d), theta[K * d:]
+    val = 0.0
+    for i in range(n):
+        s = W @ X[i] + b
+        if loss == "softmax":
+            val += sw[i] * (np.log(np.sum(np.exp(s))) - s[y[i]])
+        else:
+            for k in range(K):
+                if k != y[i]:
+                    t = 1 - (s[y[i]] - s[k])
+                    val += sw[i] * (t + np.sqrt(t * t + 0.09)) / 2
+    val += 0.7 * naive_penalty(W, p)[0] + 1e-3 * (np.sum(W**2) + np.sum(b**2))
+    assert np.isclose(f, val, rtol=1e-12)
+
+
+def test_gradient_without_intercept():
+    rng = np.random.default_rng(4)
+    X, y = rng.normal(size=(30, 4)), rng.integers(0, 3, 30)
+    theta = rng.normal(size=12)
+    kw = dict(lam=0.2, p=3.0, delta=0.1, eps=1e-6, loss="smooth_hinge", fit_intercept=False)
+    f, g = m3svm_objective(theta, X, y, np.ones(30), 3, **kw)
+    fd = central_diff(lambda t: m3svm_objective(t, X, y, np.ones(30), 3, **kw)[0], theta)
+    np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-7)
+
+
+# ----------------------------------------------------------------------------- solvers
+@pytest.mark.parametrize("loss", ["smooth_hinge", "softmax"])
+def test_lbfgs_and_adam_reach_the_same_objective(iris, loss):
+    X, y = iris
+    sw = np.random.default_rng(5).uniform(0.5, 2.0, y.size)
+    kw = dict(lam=0.1, p=4.0, delta=0.1, eps=1e-6, loss=loss, fit_intercept=True)
+    _, _, _, f_lbfgs, ok1 = m3svm_lbfgs(X, y, sw, 3, tol=1e-9, **kw)
+    _, _, _, f_adam, ok2 = m3svm_adam(X, y, sw, 3, learning_rate=0.1, max_iter=3000, tol=1e-6, **kw)
+    assert ok1 and ok2
+    assert abs(f_adam - f_lbfgs) <= 1e-4 * abs(f_lbfgs)
+    # and through the estimator (torch back end when installed, NumPy otherwise)
+    est = M3SVM(loss=loss, lam=0.1, solver="adam", learning_rate=0.1, max_iter=3000, tol=1e-6)
+    est.fit(X, y, sample_weight=sw)
+    assert abs(est.objective_ - f_lbfgs) <= 1e-4 * abs(f_lbfgs)
+
+
+def test_minibatch_adam_gets_close(iris):
+    X, y = iris
+    kw = dict(lam=0.1, p=4.0, delta=0.1, eps=1e-6, loss="softmax", fit_intercept=True)
+    f_star = m3svm_lbfgs(X, y, np.ones(y.size), 3, tol=1e-9, **kw)[3]
+    _, _, _, f1, _ = m3svm_adam(X, y, np.ones(y.size), 3, learning_rate=0.02, max_iter=400,
+                                batch_size=32, random_state=0, **kw)
+    _, _, _, f2, _ = m3svm_adam(X, y, np.ones(y.size), 3, learning_rate=0.02, max_iter=400,
+                                batch_size=32, random_state=0, **kw)
+    assert f1 == f2  # random_state makes the shuffling reproducible
+    assert (f1 - f_star) <= 2e-3 * f_star
+
+
+def _weston_watkins_solve(X, y, sw, K, lam_ridge, eps, delta):
+    """Independent l2-regularised Weston–Watkins solve with the smoothed hinge:
+    sum_i s_i sum_{k != y_i} g(1 - (w_yi - w_k) x_i - b_yi + b_k) + lam_ridge ||W||^2 + eps ||b||^2."""
+    n, d = X.shape
+
+    def fg(theta):
+        W = theta[:K * d].reshape(K, d)
+        b = theta[K * d:]
+        f = lam_ridge * np.sum(W * W) + eps * np.sum(b * b)
+        gW, gb = 2 * lam_ridge * W, 2 * eps * b
+        for k in range(K):
+            others = y != k
+            t = 1 - (np.sum(W[y[others]] * X[others], axis=1) + b[y[others]]
+                     - X[others] @ W[k] - b[k])
+            r = np.sqrt(t * t + delta * delta)
+            f += np.sum(sw[others] * (t + r) / 2)
+            dt = sw[others] * (1 + t / r) / 2
+            # d t / d w_k = +x, d t / d w_{y_i} = -x
+            gW[k] += dt @ X[others]
+            gb[k] += dt.sum()
+            np.add.at(gW, y[others], -dt[:, None] * X[others])
+            np.add.at(gb, y[others], -dt)
+        return f, np.concatenate([gW.ravel(), gb])
+
+    res = minimize(fg, np.zeros(K * d + K), jac=True, method="BFGS", options=dict(gtol=1e-10, maxiter=10000))
+    return res.x[:K * d].reshape(K, d), res.x[K * d:], res.fun
+
+
+def test_p2_matches_weston_watkins(iris):
+    X, y = iris
+    sw = np.random.default_rng(6).uniform(0.5, 2.0, y.size)
+    lam, eps, delta = 0.3, 1e-6, 0.2
+    W, b, f = _weston_watkins_solve(X, y, sw, 3, 3 * lam + eps, eps, delta)
+    est = M3SVM(lam=lam, p=2, eps=eps, delta=delta, tol=1e-10).fit(X, y, sample_weight=sw)
+    assert np.isclose(est.objective_, f, rtol=1e-8)
+    np.testing.assert_allclose(est.coef_, W, atol=1e-5 * np.abs(W).max())
+    np.testing.assert_allclose(est.intercept_, b, atol=1e-4 * max(1.0, np.abs(b).max()))
+
+
+@pytest.mark.parametrize("loss", ["smooth_hinge", "softmax"])
+def test_separable_data_tiny_lam_zero_training_error(loss):
+    X, y = make_blobs(n_samples=200, centers=4, cluster_std=0.5, random_state=0)
+    est = M3SVM(lam=1e-6, loss=loss).fit(X, y)
+    assert est.score(X, y) == 1.0
+    assert np.all(est.margins(X, y) > 0)
+
+
+def test_common_mode_is_zero_at_the_optimum_and_invariance(iris):
+    X, y = iris
+    est = M3SVM(lam=0.1, tol=1e-9).fit(X, y)
+    # the eps ridge pins the common mode: W^T 1 = 0, b^T 1 = 0
+    assert np.abs(est.coef_.sum(0)).max() < 1e-6 * np.abs(est.coef_).max()
+    assert abs(est.intercept_.sum()) < 1e-6 * max(1, np.abs(est.intercept_).max())
+    pred = est.predict(X)
+    theta = np.concatenate([est.coef_.ravel(), est.intercept_])
+    kw = dict(lam=0.1, p=4.0, delta=0.1, eps=0.0, loss="smooth_hinge", fit_intercept=True)
+    f0 = m3svm_objective(theta, X, y, np.ones(y.size), 3, **kw)[0]
+    shift = np.array([3.0, -1.0, 2.0, 0.5])
+    est.coef_ = est.coef_ + shift
+    est.intercept_ = est.intercept_ + 7.0
+    np.testing.assert_array_equal(est.predict(X), pred)
+    theta2 = np.concatenate([est.coef_.ravel(), est.intercept_])
+    assert np.isclose(m3svm_objective(theta2, X, y, np.ones(y.size), 3, **kw)[0], f0, rtol=1e-10)
+
+
+@pytest.mark.parametrize("loss", ["smooth_hinge", "softmax"])
+def test_dense_equals_csr(loss):
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(80, 10)) * (rng.random((80, 10)) < 0.3)
+    y = rng.integers(0, 3, 80)
+    a = M3SVM(loss=loss, lam=0.05, tol=1e-10).fit(X, y)
+    b = M3SVM(loss=loss, lam=0.05, tol=1e-10).fit(sp.csr_matrix(X), y)
+    np.testing.assert_allclose(a.coef_, b.coef_, atol=1e-6 * np.abs(a.coef_).max())
+    assert np.isclose(a.objective_, b.objective_, rtol=1e-10)
+    np.testing.assert_allclose(a.decision_function(X), b.decision_function(sp.csr_matrix(X)), atol=1e-6)
+
+
+def test_csr_is_not_densified(monkeypatch):
+    rng = np.random.default_rng(8)
+    X = sp.random(60, 500, density=0.02, format="csr", random_state=8)
+    y = rng.integers(0, 3, 60)
+
+    def forbid(*a, **k):
+        raise AssertionError("toarray called")
+
+    monkeypatch.setattr(sp.csr_matrix, "toarray", forbid)
+    monkeypatch.setattr(sp.csr_array, "toarray", forbid, raising=False)
+    M3SVM(lam=0.1).fit(X, y).predict(X)
+
+
+@pytest.mark.parametrize("loss", ["smooth_hinge", "softmax"])
+def test_weight_two_equals_duplicated_row(iris, loss):
+    X, y = iris
+    rng = np.random.default_rng(9)
+    w = rng.integers(1, 3, y.size).astype(float)
+    a = M3SVM(loss=loss, lam=0.1, tol=1e-10).fit(X, y, sample_weight=w)
+    rows = np.repeat(np.arange(y.size), w.astype(int))
+    b = M3SVM(loss=loss, lam=0.1, tol=1e-10).fit(X[rows], y[rows])
+    np.testing.assert_allclose(a.coef_, b.coef_, atol=1e-5 * np.abs(b.coef_).max())
+    assert np.isclose(a.objective_, b.objective_, rtol=1e-9)
+
+
+def test_class_weight_is_a_sample_weight(iris):
+    X, y = iris
+    a = M3SVM(lam=0.1, tol=1e-10, class_weight={0: 3.0, 1: 1.0, 2: 0.5}).fit(X, y)
+    sw = np.array([3.0, 1.0, 0.5])[y]
+    b = M3SVM(lam=0.1, tol=1e-10).fit(X, y, sample_weight=sw)
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-8, atol=1e-10)
+
+
+def test_warm_start_continues_from_the_solution(iris):
+    X, y = iris
+    est = M3SVM(lam=0.1, tol=1e-8, warm_start=True).fit(X, y)
+    coef, it = est.coef_.copy(), est.n_iter_
+    est.fit(X, y)
+    assert est.n_iter_ < max(3, it // 5)
+    np.testing.assert_allclose(est.coef_, coef, atol=1e-6 * np.abs(coef).max())
+    with pytest.raises(ValueError, match="warm_start"):
+        est.fit(X[:, :3], y)
+
+
+def test_float32_kept(iris):
+    X, y = iris
+    a = M3SVM(lam=0.1).fit(X.astype(np.float32), y)
+    b = M3SVM(lam=0.1).fit(X, y)
+    assert a.coef_.dtype == np.float32
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-3, atol=1e-3 * np.abs(b.coef_).max())
+    assert np.mean(a.predict(X) == b.predict(X)) > 0.98
+
+
+def test_predict_proba_only_for_softmax(iris):
+    X, y = iris
+    assert not hasattr(M3SVM(loss="smooth_hinge").fit(X, y), "predict_proba")
+    est = M3SVM(loss="softmax", lam=0.1).fit(X, y)
+    P = est.predict_proba(X)
+    np.testing.assert_allclose(P.sum(1), 1.0)
+    np.testing.assert_array_equal(est.classes_[P.argmax(1)], est.predict(X))
+    np.testing.assert_allclose(np.log(P), est.predict_log_proba(X), atol=1e-12)
+
+
+def test_binary_problem(iris):
+    X, y = iris
+    yb = np.where(y == 2, "b", "a")
+    est = M3SVM(lam=0.1, loss="softmax").fit(X, yb)
+    assert est.coef_.shape == (2, 4)
+    D = est.decision_function(X)
+    assert D.shape == (150,)
+    np.testing.assert_allclose(D, X @ (est.coef_[1] - est.coef_[0]) + est.intercept_[1] - est.intercept_[0])
+    np.testing.assert_array_equal(est.predict(X), np.where(D > 0, "b", "a"))
+    assert est.score(X, yb) > 0.9
+    P = est.predict_proba(X)
+    np.testing.assert_allclose(P[:, 1], 1 / (1 + np.exp(-D)))
+    m = est.margins(X, yb)
+    w = np.linalg.norm(est.coef_[1] - est.coef_[0])
+    np.testing.assert_allclose(m, np.where(yb == "b", 1, -1) * D / w)
+
+
+def test_convergence_warning_names_remedy(iris):
+    X, y = iris
+    with pytest.warns(ConvergenceWarning, match="max_iter"):
+        M3SVM(max_iter=2).fit(X, y)
+    with pytest.warns(ConvergenceWarning, match="lr_schedule"):
+        M3SVM(solver="adam", lr_schedule="constant", max_iter=5, tol=1e-12).fit(X, y)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_diverging_adam_raises(iris):
+    X, y = iris
+    kw = dict(lam=1.0, p=8.0, delta=0.1, eps=1e-6, loss="smooth_hinge", fit_intercept=True)
+    with pytest.raises(FloatingPointError, match="learning_rate"):
+        m3svm_adam(X * 1e3, y, np.ones(y.size), 3, learning_rate=1e80, max_iter=50, **kw)
+
+
+@pytest.mark.parametrize("params", [dict(delta=0.0), dict(p=0), dict(lam=-1.0), dict(loss="hinge"),
+                                    dict(solver="sgd"), dict(device="tpu"), dict(batch_size=0)])
+def test_invalid_parameters(iris, params):
+    X, y = iris
+    with pytest.raises(InvalidParameterError):
+        M3SVM(**params).fit(X, y)
+
+
+def test_numpy_adam_without_torch(iris, monkeypatch):
+    X, y = iris
+    monkeypatch.setattr(m3svm_module, "_torch_available", lambda: False)
+    est = M3SVM(solver="adam", lam=0.1, learning_rate=0.1, max_iter=3000, tol=1e-6).fit(X, y)
+    ref = M3SVM(lam=0.1, tol=1e-9).fit(X, y)
+    assert abs(est.objective_ - ref.objective_) <= 1e-4 * ref.objective_
+    with pytest.raises(ValueError, match="PyTorch"):
+        M3SVM(solver="adam", device="cuda").fit(X, y)
+
+
+def test_core_works_without_torch():
+    code = (
+        "import sys, importlib.abc\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.split('.')[0] == 'torch':\n"
+        "            raise ModuleNotFoundError(\"No module named 'torch'\")\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import numpy as np, margindist\n"
+        "from margindist.models.m3svm import M3SVM\n"
+        "X = np.random.default_rng(0).normal(size=(40, 3)); y = np.arange(40) % 3\n"
+        "M3SVM().fit(X, y); M3SVM(solver='adam', max_iter=20).fit(X, y)\n"
+        "assert 'torch' not in sys.modules\n"
+        "try:\n    import margindist.torch\nexcept ImportError as e:\n    assert 'PyTorch' in str(e)\n"
+        "else:\n    raise SystemExit('margindist.torch imported without torch')\n"
+    )
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def test_vehicle_accuracy_close_to_crammer_singer():
+    X, y = load_dataset("vehicle")
+    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, stratify=y, random_state=0)
+    sc = StandardScaler().fit(Xtr)
+    Xtr, Xte = sc.transform(Xtr), sc.transform(Xte)
+    ours = M3SVM().fit(Xtr, ytr).score(Xte, yte)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        cs = LinearSVC(multi_class="crammer_singer").fit(Xtr, ytr).score(Xte, yte)
+    assert ours >= cs - 0.03, (ours, cs)
