@@ -1,19 +1,57 @@
 """The ``margindist`` command.
 
-Exit codes: 0 success, 1 runtime failure, 2 usage error (unknown dataset, method, preset or a
-bad option).
+Commands:
+
+* ``margindist reproduce <preset>``: re-run one of the papers' experiment tables (``--list``
+  names them); ``--quick`` for the minutes-scale version;
+* ``margindist bench --datasets ... --methods ... --protocol ...``: any comparison grid;
+* ``margindist datasets``: what can be loaded, from where;
+* ``margindist methods``: the method registry and which methods are available.
+
+Runs store every finished task in ``<out>/results.sqlite`` at once; running the same command
+again resumes (``--force`` recomputes). ``--workers N`` runs tasks on N local processes,
+``--scheduler ADDRESS`` on a Dask cluster. Progress goes to stderr: a bar on a terminal,
+a line every ``--log-interval`` seconds otherwise, nothing with ``--quiet``.
+
+Exit codes: 0 success, 1 runtime failure (some task failed, or an error), 2 usage error
+(unknown dataset, method, preset or a bad option), 130 interrupted (finished work is kept).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
 import sys
+from pathlib import Path
 
 from . import __version__
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
+class UsageError(Exception):
+    """A bad command line: reported with exit code 2."""
+
+
+def _err(msg: str) -> None:
+    sys.stderr.write(f"margindist: error: {msg}\n")
+
+
+def _info(args, msg: str) -> None:
+    if not getattr(args, "quiet", False):
+        sys.stderr.write(f"margindist: {msg}\n")
+
+
+def _split_list(values) -> list:
+    """Accept both ``--x a b`` and ``--x a,b``."""
+    out = []
+    for v in values or []:
+        out += [p for p in v.split(",") if p]
+    return out
+
+
+# ---------------------------------------------------------------------- datasets, methods
 def _cmd_datasets(args) -> int:
     from .datasets import list_datasets
 
@@ -36,10 +74,300 @@ def _cmd_datasets(args) -> int:
     return EXIT_OK
 
 
+def _cmd_methods(args) -> int:
+    from .experiments.registry import method_status
+
+    rows = method_status()
+    w = max(len(r["name"]) for r in rows)
+    for r in rows:
+        state = "available" if r["available"] else r["status"]
+        print(f"{r['name'].ljust(w)}  {r['family'].ljust(12)}  {state}  — {r['description']}")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- running
+def _progress(args):
+    from .experiments.parallel import Progress
+
+    return Progress(quiet=args.quiet, interval=args.log_interval)
+
+
+def _check_parallel(args):
+    if args.workers is not None and args.workers == 0:
+        raise UsageError("--workers must be a positive number of processes (or -1 for all cores).")
+    if args.scheduler is not None:
+        from .experiments.parallel import dask_available
+
+        if not dask_available():
+            raise UsageError('--scheduler needs the Dask "distributed" package: pip install "margindist[dask]"')
+
+
+def _terminate_as_interrupt():
+    """Treat SIGTERM like Ctrl-C while a run is going (a clean stop; the store is durable anyway)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    return lambda: signal.signal(signal.SIGTERM, old)
+
+
+def _execute(args, exp, out_dir: Path, strict: bool) -> int:
+    from .experiments.registry import UnsupportedError
+    from .experiments.reports import legend, markdown_table, skipped_lines
+    from .experiments.runner import run_experiment
+
+    _check_parallel(args)
+    argv = getattr(args, "argv", None) or []
+    command = "margindist " + " ".join(shlex.quote(a) for a in argv) if argv else None
+    if exp.quick:
+        from .experiments.reports import quick_description
+
+        _info(args, f"QUICK RUN of {exp.name}: {quick_description(exp)} (not the paper's full protocol)")
+    restore = _terminate_as_interrupt()
+    try:
+        outcome = run_experiment(exp, out_dir, workers=args.workers or 1, scheduler=args.scheduler,
+                                 force=args.force, progress=_progress(args), data_dir=args.data_dir,
+                                 command=command, strict=strict)
+    except UnsupportedError as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        restore()
+    if outcome.interrupted:
+        _err(f"interrupted: {outcome.n_executed} results computed in this run are stored in "
+             f"{out_dir / 'results.sqlite'}; run the same command again to resume.")
+        return EXIT_INTERRUPTED
+    plan = outcome.plan
+    if not plan.pairs:
+        _err("nothing to run: " + "; ".join(skipped_lines(exp, plan)))
+        return EXIT_FAILURE
+    summary = outcome.summary
+    title = f"{exp.name}: {exp.title}" if exp.title else exp.name
+    print(f"# {title}" + (" — QUICK RUN (reduced protocol: few splits, small grids)" if exp.quick else ""))
+    print()
+    print(markdown_table(summary))
+    print()
+    print(legend(summary, exp))
+    skipped = skipped_lines(exp, plan)
+    if skipped:
+        print("\nNot run:")
+        print("\n".join(skipped))
+    if outcome.failures:
+        print(f"\n{len(outcome.failures)} task(s) failed, e.g. {outcome.failures[0][0]}: {outcome.failures[0][1]}")
+    print(f"\n{outcome.n_planned} results ({outcome.n_executed} computed now) in {outcome.elapsed:.1f} s; "
+          f"report: {out_dir / 'report.md'} (files listed in {out_dir / 'index.md'})")
+    return EXIT_OK if outcome.ok else EXIT_FAILURE
+
+
+def _select(items, wanted, what, key_names):
+    """Filter preset items by names (case-insensitive); unknown names are a usage error."""
+    if not wanted:
+        return items
+    chosen = []
+    for w in wanted:
+        hits = [it for it in items if w.lower() in {k.lower() for k in key_names(it)}]
+        if not hits:
+            valid = ", ".join(sorted({key_names(it)[0] for it in items}))
+            raise UsageError(f"unknown {what} {w!r} for this preset; valid {what}s: {valid}")
+        chosen += [h for h in hits if h not in chosen]
+    return chosen
+
+
+def _cmd_reproduce(args) -> int:
+    from dataclasses import replace
+
+    from .experiments.presets import PRESETS, UnknownPresetError, get_preset
+
+    if args.list or not args.preset:
+        for name, (_, desc) in PRESETS.items():
+            print(f"{name.ljust(16)} {desc}")
+        return EXIT_OK if args.list else EXIT_USAGE
+    try:
+        exp = get_preset(args.preset, quick=args.quick)
+    except UnknownPresetError as exc:
+        raise UsageError(str(exc)) from None
+    exp.datasets = _select(exp.datasets, _split_list(args.datasets), "dataset",
+                           lambda d: [d.name, d.loader_name, d.display])
+    all_methods = exp.methods
+    exp.methods = _select(exp.methods, _split_list(args.methods), "method", lambda m: [m.name, m.method])
+    if args.reference is None and exp.reference and exp.reference not in [m.name for m in exp.methods]:
+        exp.methods = exp.methods + [m for m in all_methods if m.name == exp.reference]
+        _info(args, f"the reference method {exp.reference} of the t-tests is added to --methods")
+    if args.repeats is not None:
+        exp.protocol = replace(exp.protocol, n_repeats=args.repeats)
+    if args.reference is not None:
+        refs = [m.name for m in exp.methods]
+        match = [r for r in refs if r.lower() == args.reference.lower()]
+        if not match:
+            raise UsageError(f"unknown reference {args.reference!r}; methods of this run: {', '.join(refs)}")
+        exp.reference = match[0]
+    out = Path(args.out) if args.out else Path("margindist-results") / (exp.name + ("-quick" if exp.quick else ""))
+    return _execute(args, exp, out, strict=False)
+
+
+# ---------------------------------------------------------------------- bench
+def _parse_protocol(text: str, args):
+    from dataclasses import replace
+
+    from .experiments.presets import PRESETS, get_preset
+    from .experiments.protocols import Protocol
+
+    kw = {}
+    if args.scaling is not None:
+        kw["scaling"] = None if args.scaling == "none" else args.scaling
+    if args.cv is not None:
+        kw["cv_folds"] = args.cv
+    if args.seed is not None:
+        kw["seed"] = args.seed
+    if args.bias:
+        kw["append_bias"] = True
+    if args.repeats is not None:
+        kw["n_repeats"] = args.repeats
+    if text in PRESETS:
+        return replace(get_preset(text).protocol, **kw)
+    parts = text.split(":")
+    kw.setdefault("n_repeats", 10)
+    try:
+        if parts[0] == "random" and len(parts) <= 2:
+            return Protocol("random", float(parts[1]) if len(parts) == 2 else 0.8, **kw)
+        if parts[0] == "half" and len(parts) == 1:
+            return Protocol("random", 0.5, **kw)
+        if parts[0] == "fixed" and len(parts) == 3:
+            return Protocol("fixed", int(parts[1]), int(parts[2]), **kw)
+        if parts[0] == "kfold" and len(parts) <= 2:
+            return Protocol("kfold", n_folds=int(parts[1]) if len(parts) == 2 else 5, **kw)
+    except ValueError as exc:
+        raise UsageError(f"bad --protocol {text!r}: {exc}") from None
+    raise UsageError(f"unknown --protocol {text!r}; use random[:TRAIN_FRACTION], half, fixed:N_TRAIN:N_TEST, "
+                     f"kfold[:K] or a preset name ({', '.join(PRESETS)})")
+
+
+def _grid_values(method, key, v):
+    from .experiments.search import Scaled, pow2
+
+    if isinstance(v, list):
+        return tuple(v)
+    if isinstance(v, dict) and "scaled" in v:
+        return Scaled(tuple(v["factors"]), v["scaled"])
+    if isinstance(v, str) and v.startswith("pow2:"):
+        nums = [int(x) for x in v.split(":")[1:]]
+        if len(nums) not in (2, 3):
+            raise UsageError(f"{method}.{key}: use 'pow2:LO:HI[:STEP]'")
+        return pow2(*nums)
+    return (v,)
+
+
+def _parse_grid(text, methods):
+    if not text:
+        return {}
+    try:
+        grid = json.loads(Path(text[1:]).read_text() if text.startswith("@") else text)
+    except (json.JSONDecodeError, OSError) as exc:
+        raise UsageError(f"--param-grid is not valid JSON (or @FILE): {exc}") from None
+    if not isinstance(grid, dict):
+        raise UsageError("--param-grid must be a JSON object")
+    per_method = bool(grid) and all(k in methods and isinstance(v, dict) for k, v in grid.items())
+    out = {}
+    for m in methods:
+        g = grid.get(m, {}) if per_method else grid
+        out[m] = {k: _grid_values(m, k, v) for k, v in g.items()}
+    return out
+
+
+def _bench_datasets(names, data_dir):
+    from .datasets import list_datasets
+    from .experiments.protocols import parse_dataset
+
+    valid = {r["name"] for r in list_datasets(data_dir)}
+    specs = []
+    for text in names:
+        try:
+            spec = parse_dataset(text)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if spec.loader_name not in valid and not Path(spec.loader_name).is_file():
+            raise UsageError(f"unknown dataset {spec.loader_name!r}; valid datasets: {', '.join(sorted(valid))} "
+                             "(or a file path; NAME:LABEL[+LABEL] for a one-vs-rest task)")
+        specs.append(spec)
+    return specs
+
+
+def _cmd_bench(args) -> int:
+    from .experiments.registry import UnknownMethodError, get_method
+    from .experiments.runner import Experiment, MethodRun
+
+    datasets = _bench_datasets(_split_list(args.datasets), args.data_dir)
+    methods = _split_list(args.methods)
+    for m in methods:
+        try:
+            get_method(m)
+        except UnknownMethodError as exc:
+            raise UsageError(str(exc)) from None
+    if len(set(methods)) != len(methods):
+        raise UsageError("a method is listed twice in --methods")
+    protocol = _parse_protocol(args.protocol, args)
+    grids = _parse_grid(args.param_grid, methods)
+    runs = [MethodRun(m, m, args.kernel, grids.get(m, {})) for m in methods]
+    ref = args.reference
+    if ref is not None and ref not in methods:
+        raise UsageError(f"--reference {ref!r} is not one of --methods ({', '.join(methods)})")
+    exp = Experiment(name=args.name, protocol=protocol, datasets=datasets, methods=runs,
+                     title="custom comparison", reference=ref if ref is not None else methods[0],
+                     metric=args.metric)
+    out = Path(args.out) if args.out else Path("margindist-results") / args.name
+    return _execute(args, exp, out, strict=True)
+
+
+# ---------------------------------------------------------------------- parser
+def _positive_int(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
+    return v
+
+
+def _workers(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v == 0 or v < -1:
+        raise argparse.ArgumentTypeError("must be a positive number of processes, or -1 for all cores")
+    return v
+
+
+def _add_run_options(p):
+    p.add_argument("--datasets", nargs="+", metavar="NAME", help="datasets (space- or comma-separated)")
+    p.add_argument("--methods", nargs="+", metavar="NAME", help="methods (space- or comma-separated)")
+    p.add_argument("--repeats", type=_positive_int, default=None, metavar="N",
+                   help="number of random splits / realisations / k-fold runs")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="output directory (result store + reports); the same DIR resumes a run")
+    p.add_argument("--force", action="store_true", help="recompute results already in the store")
+    p.add_argument("--workers", type=_workers, default=1, metavar="N",
+                   help="local worker processes (default 1; -1: all cores)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="Dask scheduler address (tcp://host:8786): run the tasks on that cluster")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--log-interval", type=float, default=30.0, metavar="S",
+                   help="seconds between progress lines when stderr is not a terminal (default 30)")
+    p.add_argument("--data-dir", default=None, metavar="DIR", help="extra data directory searched first")
+    p.add_argument("--reference", default=None, metavar="METHOD", help="reference method of the t-tests")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="margindist",
         description="Margin-distribution learning: estimators and the papers' experiments.",
+        epilog="Exit codes: 0 ok, 1 failures, 2 usage error, 130 interrupted (finished work is kept).",
     )
     parser.add_argument("--version", action="version", version=f"margindist {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -48,16 +376,68 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default=None, help="extra data directory searched first")
     p.add_argument("--names", action="store_true", help="print only the names")
     p.set_defaults(func=_cmd_datasets)
+
+    p = sub.add_parser("methods", help="list the methods of the registry and whether they are available")
+    p.set_defaults(func=_cmd_methods)
+
+    p = sub.add_parser(
+        "reproduce", help="re-run one of the papers' experiment tables",
+        description="Re-run a paper's table (see --list) on the datasets available offline; writes Markdown, "
+                    "CSV and LaTeX tables and figures to --out and prints the table beside the paper's numbers.",
+    )
+    p.add_argument("preset", nargs="?", help="preset name (see --list)")
+    p.add_argument("--list", action="store_true", help="list the presets")
+    p.add_argument("--quick", action="store_true",
+                   help="minutes-scale version: few splits, small grids, the main bundled datasets")
+    _add_run_options(p)
+    p.set_defaults(func=_cmd_reproduce)
+
+    p = sub.add_parser(
+        "bench", help="compare any methods on any datasets under a protocol",
+        description="Any comparison grid. Example: margindist bench --datasets heart sonar --methods svm lssvm "
+                    "mamc --protocol random:0.8 --repeats 10 --param-grid '{\"svm\": {\"C\": \"pow2:-4:4:2\"}, "
+                    "\"lssvm\": {\"C\": [0.1, 1, 10]}}'",
+    )
+    _add_run_options(p)
+    p.add_argument("--protocol", default="random",
+                   help="random[:TRAIN_FRACTION] (default 0.8), half, fixed:N_TRAIN:N_TEST, kfold[:K], "
+                        "or a preset name to use its protocol")
+    p.add_argument("--kernel", default="linear", help="kernel for every method (linear, rbf, ...)")
+    p.add_argument("--scaling", choices=["minmax", "standard", "none"], default=None,
+                   help="preprocessing fitted on the training part (default minmax)")
+    p.add_argument("--bias", action="store_true", help="append a constant-1 feature after scaling")
+    p.add_argument("--cv", type=int, default=None, metavar="K", help="inner CV folds (default 5)")
+    p.add_argument("--seed", type=int, default=None, help="master seed (default 0)")
+    p.add_argument("--param-grid", default=None, metavar="JSON",
+                   help="grids: {\"method\": {\"param\": [values] | \"pow2:LO:HI[:STEP]\"}} or one "
+                        "{\"param\": ...} for all methods; @FILE reads the JSON from a file")
+    p.add_argument("--metric", choices=["accuracy", "error"], default="accuracy", help="table metric")
+    p.add_argument("--name", default="bench", help="name of the experiment (title, default output dir)")
+    p.set_defaults(func=_cmd_bench)
     return parser
 
 
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: 0 for --help / --version, 2 for usage errors
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
-    return args.func(args)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        _err("interrupted.")
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - a clean message and exit code 1 for scripts
+        _err(f"{type(exc).__name__}: {exc}")
+        return EXIT_FAILURE
 
 
 if __name__ == "__main__":  # pragma: no cover

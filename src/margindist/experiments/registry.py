@@ -1,0 +1,357 @@
+"""The method registry: short names -> estimators.
+
+margindist's own estimators are imported lazily by module path, so a method whose module does
+not exist (yet) is reported as *missing* instead of breaking the experiment system; the
+scikit-learn baselines are scikit-learn's own classes (never re-implemented):
+
+========================  ==========================================================
+``svm``                   ``LinearSVC`` (linear) / ``SVC(kernel="rbf")``
+``svr``                   ``LinearSVR`` / ``SVR`` fitted on +-1 targets, predict by sign
+                          (the MSVMAv paper's "SVR"; :class:`SVRClassifier`)
+``lr``                    ``LogisticRegression`` (multinomial for several classes)
+``crammer_singer``        ``LinearSVC(multi_class="crammer_singer")``
+``ovr`` / ``ovo``         ``OneVsRestClassifier`` / ``OneVsOneClassifier`` around
+                          ``LinearSVC`` (linear) or ``SVC`` (rbf); ``C``, ``gamma`` go to
+                          the inner estimator
+``pegasos``               ``SGDClassifier(loss="hinge", learning_rate="optimal")``, the
+                          Pegasos-like schedule 1 / (alpha (t + t0)); ``lam`` is ``alpha``
+========================  ==========================================================
+
+:func:`estimator_margins` gives normalised margins y f(x) / ||w|| for any fitted model where
+they are defined: ``est.margins`` for margindist estimators, ||coef_|| for linear
+scikit-learn models and the RKHS norm of the dual expansion for binary ``SVC`` / ``SVR``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+__all__ = [
+    "MethodInfo",
+    "SVRClassifier",
+    "UnknownMethodError",
+    "estimator_margins",
+    "get_method",
+    "list_methods",
+    "method_status",
+]
+
+
+class UnknownMethodError(KeyError):
+    """A method name that is not in the registry."""
+
+    def __str__(self):
+        return str(self.args[0]) if self.args else "unknown method"
+
+
+class UnsupportedError(ValueError):
+    """A method cannot run in the requested configuration (e.g. no RBF kernel)."""
+
+
+def _import(target: str):
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    """One registry entry.
+
+    ``target`` is ``"module:Class"`` for margindist estimators (imported lazily); scikit-learn
+    entries have a ``builder(kernel, params, random_state)``.
+    """
+
+    name: str
+    description: str
+    target: str | None = None
+    family: str = "margindist"
+    kernels: tuple | None = None  # None: any kernel the class takes, or linear only
+    aliases: dict = field(default_factory=dict)
+    builder: object = None
+
+    # ---------------------------------------------------------------- availability
+    def status(self) -> tuple[bool, str]:
+        """(available, reason). A missing margindist module is not an error: it is reported."""
+        if self.builder is not None:
+            return True, "scikit-learn"
+        module = self.target.partition(":")[0]
+        try:
+            _import(self.target)
+        except ModuleNotFoundError as exc:
+            if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+                return False, f"missing: module {module} does not exist yet"
+            return False, f"broken: importing {module} failed ({exc})"
+        except AttributeError:
+            return False, f"missing: {self.target} not found"
+        except Exception as exc:  # noqa: BLE001 - report, never crash the registry
+            return False, f"broken: importing {module} failed ({type(exc).__name__}: {exc})"
+        return True, self.target
+
+    @property
+    def available(self) -> bool:
+        return self.status()[0]
+
+    # ---------------------------------------------------------------- construction
+    def param_names(self, kernel: str = "linear") -> set:
+        """Parameter names accepted in grids (the estimator's own names plus aliases)."""
+        if self.builder is not None:
+            est = self.builder(kernel, {}, None)
+            names = set(est.get_params(deep=False))
+            if "estimator" in names:
+                names |= {k.split("__", 1)[1] for k in est.get_params(deep=True) if k.startswith("estimator__")}
+            return names | set(self.aliases)
+        cls = _import(self.target)
+        return set(cls().get_params(deep=False)) | set(self.aliases)
+
+    def supports_kernel(self, kernel: str) -> bool:
+        if self.kernels is not None:
+            return kernel in self.kernels
+        if kernel == "linear":
+            return True
+        return "kernel" in self.param_names()
+
+    def build(self, kernel: str = "linear", params: dict | None = None, random_state=None):
+        """An unfitted estimator with ``params`` (grid values and fixed settings)."""
+        params = {self.aliases.get(k, k): v for k, v in (params or {}).items()}
+        if not self.supports_kernel(kernel):
+            raise UnsupportedError(f"method {self.name!r} has no {kernel!r} kernel.")
+        if self.builder is not None:
+            return self.builder(kernel, params, random_state)
+        cls = _import(self.target)
+        valid = set(cls().get_params(deep=False))
+        unknown = sorted(set(params) - valid)
+        if unknown:
+            raise UnsupportedError(
+                f"{cls.__name__} has no parameter(s) {unknown}; valid: {sorted(valid)}."
+            )
+        kw = dict(params)
+        if "kernel" in valid:
+            kw.setdefault("kernel", kernel)
+        if "random_state" in valid and random_state is not None:
+            kw.setdefault("random_state", random_state)
+        return cls(**kw)
+
+
+# ---------------------------------------------------------------------- scikit-learn baselines
+class SVRClassifier(ClassifierMixin, BaseEstimator):
+    """Support vector regression on +-1 targets used as a binary classifier (predict by sign).
+
+    This is the "SVR" baseline of the MSVMAv paper: ``LinearSVR`` (``kernel="linear"``) or
+    ``SVR`` (any other kernel) fitted on y in {-1, +1}; the decision value is the regression
+    output. Two classes only.
+
+    Parameters
+    ----------
+    C, epsilon : float
+        As in scikit-learn's ``LinearSVR`` / ``SVR`` (epsilon default 0, the tube of a
+        classifier's targets).
+    kernel : str, default="linear"
+    gamma : "scale", "auto" or float
+    max_iter : int
+        ``LinearSVR`` iterations (``SVR``: unlimited).
+    random_state : int, optional
+    """
+
+    def __init__(self, C=1.0, epsilon=0.0, kernel="linear", gamma="scale", max_iter=5000, random_state=None):
+        self.C = C
+        self.epsilon = epsilon
+        self.kernel = kernel
+        self.gamma = gamma
+        self.max_iter = max_iter
+        self.random_state = random_state
+
+    def fit(self, X, y, sample_weight=None):
+        from sklearn.svm import SVR, LinearSVR
+
+        X, y = validate_data(self, X, y, accept_sparse="csr")
+        self.classes_ = np.unique(y)
+        if self.classes_.size != 2:
+            raise ValueError(f"SVRClassifier is binary; got {self.classes_.size} classes.")
+        t = np.where(y == self.classes_[1], 1.0, -1.0)
+        if self.kernel == "linear":
+            self.regressor_ = LinearSVR(C=self.C, epsilon=self.epsilon, max_iter=self.max_iter,
+                                        random_state=self.random_state, dual="auto")
+        else:
+            self.regressor_ = SVR(C=self.C, epsilon=self.epsilon, kernel=self.kernel, gamma=self.gamma)
+        self.regressor_.fit(X, t, sample_weight=sample_weight)
+        return self
+
+    def decision_function(self, X):
+        check_is_fitted(self)
+        X = validate_data(self, X, accept_sparse="csr", reset=False)
+        return self.regressor_.predict(X)
+
+    def predict(self, X):
+        return self.classes_[(self.decision_function(X) > 0).astype(int)]
+
+    def margins(self, X, y):
+        """Normalised margins y f(x) / ||w|| (RKHS norm for kernels)."""
+        f = self.decision_function(X)
+        y_pm = np.where(np.asarray(y) == self.classes_[1], 1.0, -1.0)
+        return y_pm * f / _weight_norm(self.regressor_)
+
+
+def _weight_norm(model) -> float:
+    """||w|| of a fitted binary scikit-learn linear model or SVC/SVR (RKHS norm)."""
+    coef = getattr(model, "coef_", None)
+    kernel = getattr(model, "kernel", "linear")
+    if coef is not None and kernel == "linear":
+        return float(np.linalg.norm(np.asarray(coef.toarray() if hasattr(coef, "toarray") else coef)))
+    if hasattr(model, "dual_coef_") and hasattr(model, "support_vectors_"):
+        from sklearn.metrics.pairwise import pairwise_kernels
+
+        a = np.asarray(model.dual_coef_).ravel()
+        kw = {"gamma": model._gamma} if kernel in ("rbf", "poly", "sigmoid") else {}
+        if kernel == "poly":
+            kw.update(degree=model.degree, coef0=model.coef0)
+        if kernel == "sigmoid":
+            kw.update(coef0=model.coef0)
+        K = pairwise_kernels(model.support_vectors_, metric=kernel, **kw)
+        return float(np.sqrt(max(a @ K @ a, 0.0)))
+    raise TypeError(f"no weight norm for {type(model).__name__}")
+
+
+def estimator_margins(est, X, y):
+    """Normalised margins of a fitted model, or (None, reason) where they are not defined.
+
+    Returns
+    -------
+    (margins or None, note)
+    """
+    if hasattr(est, "margins"):
+        try:
+            return np.asarray(est.margins(X, y), dtype=np.float64), ""
+        except Exception as exc:  # noqa: BLE001
+            return None, f"margins failed: {type(exc).__name__}: {exc}"
+    classes = getattr(est, "classes_", None)
+    if classes is None or len(classes) != 2:
+        return None, "margins are defined here for binary models only"
+    try:
+        norm = _weight_norm(est)
+    except TypeError:
+        return None, f"no weight norm for {type(est).__name__}"
+    if not norm > 0:
+        return None, "zero weight vector"
+    f = np.asarray(est.decision_function(X), dtype=np.float64).ravel()
+    y_pm = np.where(np.asarray(y) == classes[1], 1.0, -1.0)
+    return y_pm * f / norm, ""
+
+
+def _svm(kernel, params, rs):
+    from sklearn.svm import SVC, LinearSVC
+
+    if kernel == "linear":
+        kw = {"dual": "auto", "max_iter": 5000, "random_state": rs}
+        kw.update(params)
+        return LinearSVC(**kw)
+    kw = {"kernel": kernel, "random_state": rs}
+    kw.update(params)
+    return SVC(**kw)
+
+
+def _svr(kernel, params, rs):
+    kw = {"kernel": kernel, "random_state": rs}
+    kw.update(params)
+    return SVRClassifier(**kw)
+
+
+def _lr(kernel, params, rs):
+    from sklearn.linear_model import LogisticRegression
+
+    kw = {"max_iter": 2000, "random_state": rs}
+    kw.update(params)
+    return LogisticRegression(**kw)
+
+
+def _crammer(kernel, params, rs):
+    from sklearn.svm import LinearSVC
+
+    kw = {"multi_class": "crammer_singer", "max_iter": 5000, "random_state": rs}
+    kw.update(params)
+    return LinearSVC(**kw)
+
+
+def _wrapped(wrapper):
+    def build(kernel, params, rs):
+        import sklearn.multiclass as mc
+
+        outer = {k: v for k, v in params.items() if k in ("n_jobs",)}
+        inner = {k.removeprefix("estimator__"): v for k, v in params.items() if k not in outer}
+        return getattr(mc, wrapper)(_svm(kernel, inner, rs), **outer)
+
+    return build
+
+
+def _pegasos(kernel, params, rs):
+    from sklearn.linear_model import SGDClassifier
+
+    kw = {"loss": "hinge", "learning_rate": "optimal", "alpha": 1e-3, "max_iter": 20, "tol": None,
+          "random_state": rs}
+    kw.update(params)
+    return SGDClassifier(**kw)
+
+
+_REGISTRY: dict[str, MethodInfo] = {}
+
+
+def _register(info: MethodInfo):
+    _REGISTRY[info.name] = info
+
+
+for _name, _target, _desc in [
+    ("msvmav", "margindist.models.msvmav:MSVMAv", "MSVMAv: average margin up, semi-variance down (Qian et al. 2022)"),
+    ("odm", "margindist.models.odm:ODM", "Optimal margin Distribution Machine (Zhang & Zhou 2019)"),
+    ("ldm", "margindist.models.ldm:LDM", "Large margin Distribution Machine (Zhang & Zhou 2014)"),
+    ("m3svm", "margindist.models.m3svm:M3SVM", "multi-class SVM maximising the minimum margin (Nie et al. 2024)"),
+    ("margin_pursuit", "margindist.models.margin_pursuit:MarginPursuit", "margin pursuit (Holland 2019)"),
+    ("kmomd", "margindist.models.kmomd:KMOMD", "KM-OMD, kernel optimisation of the margin distribution (Aiolli et al. 2008)"),
+    ("mamc", "margindist.models.mamc:MAMC", "maximal average margin classifier (Pelckmans et al. 2007)"),
+    ("lssvm", "margindist.models.lssvm:LSSVM", "least-squares SVM (Suykens et al. 2002)"),
+    ("fmm", "margindist.models.fmm:FMM", "fast margin maximisation (Ji et al. 2021)"),
+]:
+    _register(MethodInfo(_name, _desc, target=_target))
+
+_register(MethodInfo("svm", "scikit-learn LinearSVC / SVC", family="scikit-learn", builder=_svm,
+                     kernels=("linear", "rbf", "poly", "sigmoid")))
+_register(MethodInfo("svr", "scikit-learn LinearSVR / SVR on +-1 targets, predict by sign",
+                     family="scikit-learn", builder=_svr, kernels=("linear", "rbf", "poly", "sigmoid")))
+_register(MethodInfo("lr", "scikit-learn LogisticRegression (multinomial)", family="scikit-learn",
+                     builder=_lr, kernels=("linear",)))
+_register(MethodInfo("crammer_singer", "scikit-learn LinearSVC(multi_class='crammer_singer')",
+                     family="scikit-learn", builder=_crammer, kernels=("linear",)))
+_register(MethodInfo("ovr", "scikit-learn OneVsRestClassifier(LinearSVC / SVC)", family="scikit-learn",
+                     builder=_wrapped("OneVsRestClassifier"), kernels=("linear", "rbf", "poly", "sigmoid")))
+_register(MethodInfo("ovo", "scikit-learn OneVsOneClassifier(LinearSVC / SVC)", family="scikit-learn",
+                     builder=_wrapped("OneVsOneClassifier"), kernels=("linear", "rbf", "poly", "sigmoid")))
+_register(MethodInfo("pegasos", "scikit-learn SGDClassifier(hinge), Pegasos-like schedule; lam = alpha",
+                     family="scikit-learn", builder=_pegasos, kernels=("linear",), aliases={"lam": "alpha"}))
+
+
+def list_methods() -> list[str]:
+    """All registry names (available or not)."""
+    return sorted(_REGISTRY)
+
+
+def get_method(name: str) -> MethodInfo:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownMethodError(
+            f"unknown method {name!r}; valid methods: {', '.join(list_methods())}"
+        ) from None
+
+
+def method_status() -> list[dict]:
+    """Name, family, availability and where it comes from, for every method."""
+    out = []
+    for name in list_methods():
+        info = _REGISTRY[name]
+        ok, why = info.status()
+        out.append({"name": name, "family": info.family, "available": ok, "status": why,
+                    "description": info.description})
+    return out
