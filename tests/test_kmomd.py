@@ -1,0 +1,401 @@
+"""KMOMD: the SMO against a generic QP, closed forms, the hard-margin SVM and its own back ends."""
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.optimize import minimize
+from sklearn.datasets import make_blobs, make_classification
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics.pairwise import linear_kernel, polynomial_kernel, rbf_kernel
+from sklearn.preprocessing import MinMaxScaler
+from sklearn.svm import SVC
+
+from margindist.datasets import load_dataset
+from margindist.kernels import KernelSpec, kernel_matrix, resolve_kernel
+from margindist.models.kmomd import KMOMD
+from margindist.solvers.kmomd import kmomd_kernel, kmomd_linear, kmomd_objective
+
+TIGHT = 1e-12
+
+
+def _data(m=40, d=3, seed=0, sep=0.5):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(m, d))
+    y = np.where(X[:, 0] + sep * rng.normal(size=m) > 0, 1.0, -1.0)
+    return X, y
+
+
+def _qp(G, y, w, lam):
+    """The KM-OMD objective on the two simplices, by SLSQP (a generic solver)."""
+    Q = y[:, None] * G * y[None, :]
+    pos = y > 0
+
+    def f(g):
+        return (1 - lam) * g @ Q @ g + lam * np.sum(g * g / w)
+
+    def jac(g):
+        return 2 * (1 - lam) * Q @ g + 2 * lam * g / w
+
+    cons = [
+        {"type": "eq", "fun": lambda g: g[pos].sum() - 1, "jac": lambda g: pos.astype(float)},
+        {"type": "eq", "fun": lambda g: g[~pos].sum() - 1, "jac": lambda g: (~pos).astype(float)},
+    ]
+    g0 = np.where(pos, 1.0 / pos.sum(), 1.0 / (~pos).sum())
+    res = minimize(f, g0, jac=jac, bounds=[(0, None)] * y.size, constraints=cons, method="SLSQP",
+                   options={"ftol": 1e-15, "maxiter": 2000})
+    assert res.success, res.message
+    return res.x, res.fun
+
+
+def _feasible(gamma, y):
+    assert np.all(gamma >= 0)
+    np.testing.assert_allclose([gamma[y > 0].sum(), gamma[y < 0].sum()], [1.0, 1.0], rtol=0, atol=1e-12)
+
+
+# ------------------------------------------------------------------ solver vs generic QP
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.02, 0.3, 0.9])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_smo_matches_generic_qp(lam, weighted):
+    X, y = _data(m=40, seed=1, sep=1.0)
+    w = np.random.default_rng(2).uniform(0.3, 3.0, size=y.size) if weighted else np.ones(y.size)
+    spec = resolve_kernel("rbf", X, gamma=0.5)
+    res = kmomd_kernel(spec, X, y, w, lam, tol=TIGHT)
+    G = kernel_matrix(spec, X)
+    g_qp, f_qp = _qp(G, y, w, lam)
+    assert res.converged
+    _feasible(res.gamma, y)
+    assert res.objective <= f_qp + 1e-12
+    np.testing.assert_allclose(res.objective, f_qp, rtol=1e-9)
+    np.testing.assert_allclose(res.objective, kmomd_objective(spec, X, y, res.gamma, lam, w), rtol=1e-12)
+    if lam > 0:  # strictly convex: the minimiser is unique
+        np.testing.assert_allclose(res.gamma, g_qp, atol=1e-6)
+    # the scores and the threshold are those of the returned gamma
+    np.testing.assert_allclose(res.scores, G @ (y * res.gamma), atol=1e-12)
+    assert res.theta == pytest.approx(0.5 * res.gamma @ res.scores)
+
+
+def test_kkt_conditions_at_tight_tol():
+    X, y = _data(m=60, seed=3)
+    lam = 0.05
+    spec = resolve_kernel("rbf", X, gamma=1.0)
+    res = kmomd_kernel(spec, X, y, None, lam, tol=TIGHT)
+    G = kernel_matrix(spec, X)
+    grad = 2 * (1 - lam) * y * (G @ (y * res.gamma)) + 2 * lam * res.gamma
+    for c in (1.0, -1.0):
+        cls = y == c
+        sup = cls & (res.gamma > 0)
+        mu = grad[sup].mean()
+        np.testing.assert_allclose(grad[sup], mu, atol=1e-11)  # equal on the support
+        assert np.all(grad[cls & (res.gamma == 0)] >= mu - 1e-11)  # not below it elsewhere
+
+
+# ------------------------------------------------------------------ monotone, feasible
+
+
+def test_objective_monotone_and_gamma_feasible_at_every_step():
+    X, y = _data(m=50, seed=4)
+    lam = 0.05
+    spec = resolve_kernel("rbf", X, gamma=0.7)
+    full = kmomd_kernel(spec, X, y, None, lam, tol=TIGHT, history_every=1)
+    assert full.n_iter > 50
+    hist = full.history
+    assert hist.size == full.n_iter + 1
+    assert np.all(np.diff(hist) <= 1e-15 * hist[0])
+    # independent: the state after k updates, objective recomputed from scratch
+    objs = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for k in range(1, 80, 3):
+            r = kmomd_kernel(spec, X, y, None, lam, tol=TIGHT, max_iter=k)
+            assert r.n_iter == k and r.status == "max_iter"
+            _feasible(r.gamma, y)
+            objs.append(kmomd_objective(spec, X, y, r.gamma, lam))
+            np.testing.assert_allclose(objs[-1], hist[k], rtol=1e-10)
+    assert np.all(np.diff(objs) <= 1e-14)
+
+
+def test_estimator_history_and_objective():
+    X, y = _data(m=80, seed=5)
+    est = KMOMD(lam=0.05, tol=1e-10).fit(X, y)
+    h = est.objective_history_[0]
+    assert h.size >= 2 and np.all(np.diff(h) <= 0)
+    assert est.objective_[0] <= h[-1] + 1e-15
+    gamma = np.abs(est.dual_coef_[0])
+    yy = np.where(y[est.support_] > 0, 1.0, -1.0)
+    _feasible(gamma, yy)
+    spec = resolve_kernel("rbf", X)
+    Xs = X[est.support_]
+    np.testing.assert_allclose(est.objective_[0], kmomd_objective(spec, Xs, yy, gamma, 0.05), rtol=1e-10)
+
+
+# ------------------------------------------------------------------ lam = 1 and lam -> 0
+
+
+@pytest.mark.parametrize("kernel", ["linear", "rbf"])
+def test_lam_one_is_the_centroid_classifier(kernel):
+    X, y = _data(m=45, seed=6)
+    w = np.random.default_rng(0).uniform(0.5, 2.0, size=y.size)
+    est = KMOMD(lam=1.0, kernel=kernel, gamma=0.3).fit(X, y, sample_weight=w)
+    assert est.n_iter_ == 0
+    pos = y > 0
+    Xt = np.random.default_rng(1).normal(size=(30, 3))
+    if kernel == "linear":
+        mu_p = np.average(X[pos], axis=0, weights=w[pos])
+        mu_n = np.average(X[~pos], axis=0, weights=w[~pos])
+        expected = 0.5 * (((Xt - mu_n) ** 2).sum(1) - ((Xt - mu_p) ** 2).sum(1))
+        np.testing.assert_allclose(est.coef_[0], mu_p - mu_n, rtol=1e-12)
+    else:
+        # kernel means: f(x) = 1/2 (||phi(x) - m_-||^2 - ||phi(x) - m_+||^2)
+        Kt = rbf_kernel(Xt, X, gamma=0.3)
+        K = rbf_kernel(X, X, gamma=0.3)
+        ap, an = np.where(pos, w, 0) / w[pos].sum(), np.where(~pos, w, 0) / w[~pos].sum()
+        expected = Kt @ (ap - an) - 0.5 * (ap @ K @ ap - an @ K @ an)
+        gamma = np.zeros(y.size)
+        gamma[est.support_] = np.abs(est.dual_coef_[0])
+        np.testing.assert_allclose(gamma, ap + an, rtol=1e-12)
+    np.testing.assert_allclose(est.decision_function(Xt), expected, rtol=1e-10, atol=1e-12)
+
+
+def test_lam_one_sparse_linear_centroid():
+    X, y = _data(m=30, seed=7)
+    dense = KMOMD(lam=1.0, kernel="linear").fit(X, y)
+    csr = KMOMD(lam=1.0, kernel="linear", solver="primal").fit(sp.csr_matrix(X), y)
+    np.testing.assert_allclose(dense.decision_function(X), csr.decision_function(sp.csr_matrix(X)), rtol=1e-12)
+
+
+def _separable(m=40, seed=8):
+    X, y = make_blobs(n_samples=m, centers=[[-2, -1], [2, 1]], cluster_std=0.8, random_state=seed)
+    y = np.where(y == 1, 1, -1)
+    assert SVC(kernel="linear", C=1e8).fit(X, y).score(X, y) == 1.0
+    return X, y
+
+
+@pytest.mark.parametrize("solver", ["primal", "dual"])
+def test_lam_zero_is_the_hard_margin_svm(solver):
+    X, y = _separable()
+    svm = SVC(kernel="linear", C=1e8, tol=1e-10).fit(X, y)
+    est = KMOMD(lam=0.0, kernel="linear", solver=solver, tol=1e-12).fit(X, y)
+    w = est.coef_[0]
+    cos = w @ svm.coef_[0] / np.linalg.norm(w) / np.linalg.norm(svm.coef_[0])
+    assert cos > 1 - 1e-8
+    # the SVM's canonical hyperplane is 2 v / ||v||^2 and the KM-OMD threshold is the bisector
+    scale = 2.0 / (w @ w)
+    np.testing.assert_allclose(scale * est.decision_function(X), svm.decision_function(X), rtol=1e-5, atol=1e-5)
+    # and a small lam approaches it
+    small = KMOMD(lam=1e-6, kernel="linear", solver=solver, tol=1e-10).fit(X, y).coef_[0]
+    assert small @ svm.coef_[0] / np.linalg.norm(small) / np.linalg.norm(svm.coef_[0]) > 1 - 1e-6
+
+
+def test_lam_zero_rbf_hard_margin_and_duplicates():
+    X, y = _separable(seed=9)
+    svm = SVC(kernel="rbf", gamma=0.5, C=1e8, tol=1e-10).fit(X, y)
+    est = KMOMD(lam=0.0, gamma=0.5, tol=1e-12).fit(X, y)
+    d_svm, d_ours = svm.decision_function(X), est.decision_function(X)
+    scale = 2.0 / est.weight_norm_[0] ** 2
+    np.testing.assert_allclose(scale * d_ours, d_svm, rtol=1e-4, atol=1e-4)
+    # duplicated points: zero curvature along their pair, no division by zero
+    Xd, yd = np.vstack([X, X[:10]]), np.concatenate([y, y[:10]])
+    dup = KMOMD(lam=0.0, gamma=0.5, tol=1e-12).fit(Xd, yd)
+    assert np.all(np.isfinite(dup.dual_coef_))
+    np.testing.assert_allclose(dup.decision_function(X), d_ours, rtol=1e-7, atol=1e-9)
+
+
+def test_lam_zero_intersecting_hulls_warns():
+    X, y = _data(m=40, seed=10, sep=3.0)
+    with pytest.warns(UserWarning, match="hulls of the two classes intersect"):
+        est = KMOMD(lam=0.0, kernel="linear").fit(X, y)
+    assert est.weight_norm_[0] < 1e-5
+
+
+def test_bisector_threshold():
+    """Corrected threshold: f(x) = 1/2 (||x - v_-||^2 - ||x - v_+||^2) with the hull points v_+-."""
+    X, y = _data(m=50, seed=11)
+    res = kmomd_linear(X, y, None, 0.2, tol=TIGHT)
+    vp = (res.gamma * (y > 0)) @ X
+    vn = (res.gamma * (y < 0)) @ X
+    np.testing.assert_allclose(res.coef, vp - vn, atol=1e-12)
+    Xt = np.random.default_rng(0).normal(size=(20, 3))
+    f = Xt @ res.coef - res.theta
+    np.testing.assert_allclose(f, 0.5 * (((Xt - vn) ** 2).sum(1) - ((Xt - vp) ** 2).sum(1)), atol=1e-12)
+
+
+# ------------------------------------------------------------------ back ends agree
+
+
+def test_linear_primal_equals_kernel_path():
+    X, y = _data(m=70, d=5, seed=12)
+    kw = dict(lam=0.1, kernel="linear", tol=1e-12)
+    primal = KMOMD(solver="primal", **kw).fit(X, y)
+    dual = KMOMD(solver="dual", **kw).fit(X, y)
+    call = KMOMD(lam=0.1, kernel=linear_kernel, tol=1e-12).fit(X, y)
+    np.testing.assert_allclose(primal.coef_, dual.coef_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(primal.intercept_, dual.intercept_, rtol=1e-9)
+    np.testing.assert_allclose(primal.decision_function(X), call.decision_function(X), rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(primal.objective_, dual.objective_, rtol=1e-12)
+
+
+@pytest.mark.parametrize("solver", ["primal", "dual"])
+def test_dense_equals_csr(solver):
+    X, y = make_classification(n_samples=80, n_features=12, random_state=0)
+    X[np.abs(X) < 0.8] = 0.0
+    Xs = sp.csr_matrix(X)
+    kw = dict(lam=0.2, kernel="linear", solver=solver, tol=1e-12)
+    a, b = KMOMD(**kw).fit(X, y), KMOMD(**kw).fit(Xs, y)
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(a.decision_function(X), b.decision_function(Xs), rtol=1e-10, atol=1e-12)
+    ra, rb = KMOMD(lam=0.2, gamma=0.1, tol=1e-12).fit(X, y), KMOMD(lam=0.2, gamma=0.1, tol=1e-12).fit(Xs, y)
+    np.testing.assert_allclose(ra.decision_function(X), rb.decision_function(Xs), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("kernel, func", [("rbf", rbf_kernel), ("poly", polynomial_kernel)])
+def test_precomputed_equals_kernel(kernel, func):
+    X, y = _data(m=60, seed=13)
+    Xt = np.random.default_rng(3).normal(size=(15, 3))
+    kw = dict(gamma=0.4, degree=2, coef0=1.0) if kernel == "poly" else dict(gamma=0.4)
+    est = KMOMD(lam=0.1, kernel=kernel, tol=1e-12, **kw).fit(X, y)
+    pre = KMOMD(lam=0.1, kernel="precomputed", tol=1e-12).fit(func(X, X, **kw), y)
+    np.testing.assert_allclose(pre.decision_function(func(Xt, X, **kw)), est.decision_function(Xt), rtol=1e-9,
+                               atol=1e-12)
+    np.testing.assert_array_equal(np.sort(pre.support_), np.sort(est.support_))
+
+
+def test_tiny_cache_gives_the_same_solution():
+    X, y = _data(m=120, seed=14)
+    big = kmomd_kernel(resolve_kernel("rbf", X), X, y, None, 0.05, tol=TIGHT)
+    small = kmomd_kernel(resolve_kernel("rbf", X), X, y, None, 0.05, tol=TIGHT, max_bytes=1)  # 2 rows
+    assert small.n_iter == big.n_iter
+    np.testing.assert_allclose(small.gamma, big.gamma, atol=1e-13)
+
+
+def test_uniform_and_vertex_starts_reach_the_same_optimum():
+    X, y = _data(m=60, seed=15)
+    spec = resolve_kernel("rbf", X, gamma=0.5)
+    a = kmomd_kernel(spec, X, y, None, 0.3, tol=TIGHT, init="vertex")
+    b = kmomd_kernel(spec, X, y, None, 0.3, tol=TIGHT, init="uniform")
+    np.testing.assert_allclose(a.gamma, b.gamma, atol=1e-9)
+    np.testing.assert_allclose(a.objective, b.objective, rtol=1e-12)
+
+
+def test_interleaved_and_class_ordered_rows_agree():
+    X, y = _data(m=50, seed=16)
+    order = np.argsort(-y, kind="stable")
+    spec = resolve_kernel("rbf", X, gamma=0.5)
+    a = kmomd_kernel(spec, X, y, None, 0.2, tol=TIGHT)
+    b = kmomd_kernel(spec, X[order], y[order], None, 0.2, tol=TIGHT)
+    np.testing.assert_allclose(a.gamma[order], b.gamma, atol=1e-14)
+    np.testing.assert_allclose(a.scores[order], b.scores, atol=1e-14)
+
+
+# ------------------------------------------------------------------ weights
+
+
+@pytest.mark.parametrize("kernel", ["linear", "rbf"])
+def test_integer_weights_equal_copies(kernel):
+    X, y = _data(m=30, seed=17)
+    w = np.random.default_rng(5).integers(0, 4, size=y.size)
+    kw = dict(lam=0.1, kernel=kernel, gamma=0.5, tol=1e-12)
+    weighted = KMOMD(**kw).fit(X, y, sample_weight=w)
+    copies = KMOMD(**kw).fit(np.repeat(X, w, axis=0), np.repeat(y, w))
+    Xt = np.random.default_rng(6).normal(size=(20, 3))
+    np.testing.assert_allclose(weighted.decision_function(Xt), copies.decision_function(Xt), rtol=1e-9,
+                               atol=1e-12)
+
+
+def test_class_weight_equals_scaled_sample_weight():
+    X, y = _data(m=40, seed=18)
+    a = KMOMD(lam=0.2, class_weight={1.0: 3.0}, tol=1e-12).fit(X, y)
+    b = KMOMD(lam=0.2, tol=1e-12).fit(X, y, sample_weight=np.where(y > 0, 3.0, 1.0))
+    np.testing.assert_allclose(a.decision_function(X), b.decision_function(X), rtol=1e-12)
+
+
+def test_weights_enter_as_penalty_prior():
+    """Weighted objective = lam sum gamma_i^2 / w_i: the SMO agrees with SLSQP on it."""
+    X, y = _data(m=30, seed=19)
+    w = np.random.default_rng(1).uniform(0.2, 5.0, size=y.size)
+    res = kmomd_linear(X, y, w, 0.4, tol=TIGHT)
+    g, f = _qp(X @ X.T, y, w, 0.4)
+    np.testing.assert_allclose(res.objective, f, rtol=1e-9)
+    np.testing.assert_allclose(res.gamma, g, atol=1e-6)
+
+
+# ------------------------------------------------------------------ estimator behaviour
+
+
+def test_multiclass_ovr_and_ovo():
+    X, y = load_dataset("iris")
+    X = MinMaxScaler().fit_transform(X)
+    for mc in ("ovr", "ovo"):
+        est = KMOMD(lam=0.1, multi_class=mc).fit(X, y)
+        assert est.decision_function(X).shape == (150, 3)
+        assert est.score(X, y) > 0.9
+    # ovr column k is the binary problem "k vs rest"
+    ovr = KMOMD(lam=0.1, multi_class="ovr", tol=1e-10).fit(X, y)
+    k = 1
+    yb = np.where(y == ovr.classes_[k], 1, 0)
+    binary = KMOMD(lam=0.1, tol=1e-10).fit(X, yb)
+    np.testing.assert_allclose(ovr.decision_function(X)[:, k], binary.decision_function(X), rtol=1e-8, atol=1e-10)
+
+
+def test_string_labels_and_predict_consistency():
+    X, y = _data(m=50, seed=20)
+    labels = np.where(y > 0, "yes", "no")
+    est = KMOMD(lam=0.1).fit(X, labels)
+    d = est.decision_function(X)
+    np.testing.assert_array_equal(est.predict(X), np.where(d > 0, "yes", "no"))
+
+
+def test_float32_linear_keeps_dtype():
+    X, y = _data(m=40, seed=21)
+    est = KMOMD(lam=0.1, kernel="linear").fit(X.astype(np.float32), y)
+    assert est.coef_.dtype == np.float32
+
+
+def test_convergence_warning_names_the_remedy():
+    X, y = _data(m=60, seed=22)
+    with pytest.warns(ConvergenceWarning, match="Raise max_iter"):
+        est = KMOMD(lam=0.1, max_iter=3).fit(X, y)
+    assert est.n_iter_ == 3
+
+
+def test_bad_parameters():
+    X, y = _data(m=20, seed=23)
+    with pytest.raises(ValueError, match="lam"):
+        KMOMD(lam=1.5).fit(X, y)
+    with pytest.raises(ValueError, match="lam"):
+        KMOMD(lam=-0.1).fit(X, y)
+    with pytest.raises(ValueError, match="solver='primal' needs kernel='linear'"):
+        KMOMD(solver="primal", kernel="rbf").fit(X, y)
+    with pytest.raises(ValueError, match="tol"):
+        KMOMD(tol=0).fit(X, y)
+
+
+def test_sigmoid_kernel_runs_and_matches_precomputed():
+    X, y = _data(m=40, seed=24)
+    spec = KernelSpec("sigmoid", gamma=0.1, coef0=0.0)
+    a = kmomd_kernel(spec, X, y, None, 0.3, tol=1e-10)
+    b = kmomd_kernel(KernelSpec("precomputed"), kernel_matrix(spec, X), y, None, 0.3, tol=1e-10)
+    _feasible(a.gamma, y)
+    np.testing.assert_allclose(a.gamma, b.gamma, atol=1e-12)
+
+
+def test_clone_and_grid_search_with_paper_names():
+    from sklearn.model_selection import GridSearchCV
+
+    X, y = _data(m=60, seed=25)
+    gs = GridSearchCV(KMOMD(), {"lam": [0.01, 0.5], "gamma": [0.1, 1.0]}, cv=3).fit(X, y)
+    assert gs.best_params_["lam"] in (0.01, 0.5)
+
+
+def test_real_data_accuracy_close_to_svc():
+    X, y = load_dataset("banana")
+    X = MinMaxScaler().fit_transform(X)
+    rng = np.random.default_rng(0)
+    idx = rng.permutation(y.size)
+    tr, te = idx[:400], idx[400:2400]
+    ours = KMOMD(lam=0.1).fit(X[tr], y[tr]).score(X[te], y[te])
+    svc = SVC().fit(X[tr], y[tr]).score(X[te], y[te])
+    assert ours > 0.85 and ours > svc - 0.03
