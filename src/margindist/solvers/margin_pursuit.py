@@ -102,7 +102,7 @@ def influence_rho(u, influence):
     raise ValueError(f"unknown influence {influence!r}; expected one of {sorted(INFLUENCE_CODES)}.")
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _psi1(u, kind):
     if kind == 0:
         if abs(u) <= CATONI_KNOT:
@@ -118,7 +118,7 @@ def _psi1(u, kind):
     return 1.0 if u >= 0 else 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _rho1(u, kind):
     if kind == 0:
         a = abs(u)
@@ -158,6 +158,8 @@ def catoni_scale(v, n, delta, factor=1.0):
 
 def _weighted_quantile(values, weights, q):
     """Inverted-CDF quantile with frequency weights (numpy's method="inverted_cdf")."""
+    if np.all(weights == weights[0]):  # O(n) selection instead of a sort
+        return float(np.quantile(values, q, method="inverted_cdf"))
     order = np.argsort(values, kind="stable")
     cw = np.cumsum(weights[order])
     k = int(np.searchsorted(cw, q * cw[-1], side="left"))
@@ -342,19 +344,31 @@ def mp_gd(X, y, sample_weight, *, margin, scale, lam, influence="catoni_giulini"
 
 
 # ------------------------------------------------------------------ projected SGD
-@njit(cache=True)
+#: Fast-math flags of the hot loops: reassociation lets LLVM vectorise the dot products (the
+#: result is deterministic for a given build; it differs from a sequential sum by rounding).
+#: No "nnan"/"ninf": overflow must still show up as inf/nan and be reported.
+_FM = {"reassoc", "contract", "nsz"}
+
+
+@njit(cache=True, fastmath=_FM)
 def _row_dot(X, data, indices, indptr, sparse, i, v):
+    """(<v, x_i>, ||x_i||^2)."""
     acc = 0.0
+    xsq = 0.0
     if sparse:
         for p in range(indptr[i], indptr[i + 1]):
-            acc += v[indices[p]] * data[p]
+            x = data[p]
+            acc += v[indices[p]] * x
+            xsq += x * x
     else:
         for j in range(v.shape[0]):
-            acc += v[j] * X[i, j]
-    return acc
+            x = X[i, j]
+            acc += v[j] * x
+            xsq += x * x
+    return acc, xsq
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FM)
 def _row_axpy(X, data, indices, indptr, sparse, i, coef, v, P, q, do_avg):
     """v += coef * x_i; with averaging also P -= q * coef * x_i."""
     if sparse:
@@ -375,15 +389,144 @@ def _row_axpy(X, data, indices, indptr, sparse, i, coef, v, P, q, do_avg):
                 v[j] += coef * X[i, j]
 
 
-@njit(cache=True)
-def _sgd_pass(X, data, indices, indptr, sparse, y, mult, row_sq, order, v, P, st, margin, scale,
-              lam, radius, kind, batch_size, fit_intercept, do_avg, fbuf, gbuf):
+@njit(cache=True, fastmath=_FM)
+def _sgd_pass1(X, data, indices, indptr, sparse, ym, order, v, P, st, margin, scale,
+               lam, radius, kind, fit_intercept, do_avg):
+    """:func:`_sgd_pass` for mini-batches of one example, with the row loops written inline.
+
+    The hot path (the default ``batch_size=1``): one dot product and one axpy per example,
+    everything else O(1).
+    """
+    n = order.shape[0]
+    d = v.shape[0]
+    t = st[0]
+    bv = st[1]
+    normsq = st[2]
+    Pb = st[3]
+    count = st[4]
+    a = 1.0
+    Q = 0.0
+    one = 1.0 if fit_intercept else 0.0
+    r2 = radius * radius
+    obj = 0.0
+    touch = 0.0
+    for k in range(n):
+        i = order[k]
+        acc = 0.0
+        xsq = 0.0
+        if sparse:
+            # software prefetch: touch the rows visited a few steps ahead (random rows of a
+            # large CSR matrix are cache misses; these loads are off the critical path)
+            if k + 8 < n:
+                touch += indptr[order[k + 8]]
+            if k + 4 < n:
+                q1 = indptr[order[k + 4] + 1]
+                for q in range(indptr[order[k + 4]], q1, 8):
+                    touch += data[q]
+                for q in range(indptr[order[k + 4]], q1, 16):
+                    touch += indices[q]
+            for p in range(indptr[i], indptr[i + 1]):
+                x = data[p]
+                acc += v[indices[p]] * x
+                xsq += x * x
+        else:
+            for j in range(d):
+                x = X[i, j]
+                acc += v[j] * x
+                xsq += x * x
+        if not math.isfinite(xsq):
+            return math.nan  # overflow: reported by the caller
+        f = a * (acc + bv * one)
+        yi = 1.0 if ym[k] > 0 else -1.0
+        mi = abs(ym[k])
+        u = (margin - yi * f) / scale
+        obj += mi * scale * _rho1(u, kind) + 0.5 * lam * normsq
+        g = _psi1(u, kind) * ym[k]
+        eta = 1.0 / (lam * t)
+        c = 1.0 - eta * lam
+        if c <= 0.0:  # only at t = 1: w becomes 0
+            if do_avg:
+                for j in range(d):
+                    P[j] += Q * v[j]
+                Pb += Q * bv
+                Q = 0.0
+            for j in range(d):
+                v[j] = 0.0
+            bv = 0.0
+            a = 1.0
+            normsq = 0.0
+            f = 0.0
+        else:
+            a *= c
+            normsq *= c * c
+            f *= c
+        if g != 0.0:
+            step = eta * g
+            normsq += 2.0 * step * f + step * step * (xsq + one)
+            coef = step / a
+            qc = Q * coef
+            if sparse:
+                for p in range(indptr[i], indptr[i + 1]):
+                    x = data[p]
+                    v[indices[p]] += coef * x
+                    if do_avg:
+                        P[indices[p]] -= qc * x
+            elif do_avg:
+                for j in range(d):
+                    x = X[i, j]
+                    v[j] += coef * x
+                    P[j] -= qc * x
+            else:
+                for j in range(d):
+                    v[j] += coef * X[i, j]
+            bv += coef * one
+            Pb -= qc * one
+        if normsq < 0.0:
+            normsq = 0.0
+        if normsq > r2:
+            a *= radius / math.sqrt(normsq)
+            normsq = r2
+        if do_avg:
+            Q += a
+            count += 1.0
+        if a < 1e-9:
+            for j in range(d):
+                v[j] *= a
+            bv *= a
+            if do_avg:
+                Q /= a
+            a = 1.0
+        t += 1.0
+    if do_avg:
+        for j in range(d):
+            P[j] += Q * v[j]
+        Pb += Q * bv
+    ns = 0.0
+    for j in range(d):
+        v[j] *= a
+        ns += v[j] * v[j]
+    bv *= a
+    st[0] = t
+    st[1] = bv
+    st[2] = ns + bv * bv
+    st[3] = Pb
+    st[4] = count
+    return obj + 0.0 * touch  # keeps the prefetching loads alive (no "nnan" flag: not folded)
+
+
+@njit(cache=True, fastmath=_FM)
+def _sgd_pass(X, data, indices, indptr, sparse, ym, order, v, P, st, margin, scale,
+              lam, radius, kind, batch_size, fit_intercept, do_avg, fbuf, gbuf, sbuf):
     """One pass of projected mini-batch SGD over ``order``; updates v, P and st in place.
 
-    st = [t (next step number), b, ||(w, b)||^2, sum of averaged intercepts, number of
-    averaged iterates]. v holds w on entry and on exit; P the running sum of averaged iterates
-    (w part). Returns the sum over examples of mult_i * loss_i + (lam/2)||(w, b)||^2 at the
-    time each example was visited (its mean estimates J along the pass).
+    Example k of the pass is row order[k]; ym[k] = y_i c_i (label times weight multiplier,
+    c_i > 0) is given in pass order, gathered beforehand, so the loop reads it sequentially
+    (random reads of per-row arrays cost as much as the row itself on large data); ||x_i||^2
+    is accumulated in the dot-product loop. Overflow shows as a non-finite return value. st = [t (next step number), b, ||(w, b)||^2, sum of averaged
+    intercepts, number of averaged iterates]. v holds w on entry and on exit; P the running
+    sum of averaged iterates (w part). Returns the sum over examples of c_i * loss_i +
+    (lam/2)||(w, b)||^2 at the time each example was visited (its mean estimates J along the
+    pass).
     """
     n = order.shape[0]
     t = st[0]
@@ -403,11 +546,16 @@ def _sgd_pass(X, data, indices, indptr, sparse, y, mult, row_sq, order, v, P, st
         eta = 1.0 / (lam * t)
         for jj in range(kk):
             i = order[start + jj]
-            f = a * (_row_dot(X, data, indices, indptr, sparse, i, v) + bv * one)
+            dot, xsq = _row_dot(X, data, indices, indptr, sparse, i, v)
+            if not math.isfinite(xsq):
+                return math.nan  # overflow: reported by the caller
+            f = a * (dot + bv * one)
             fbuf[jj] = f
-            u = (margin - y[i] * f) / scale
-            obj += mult[i] * scale * _rho1(u, kind) + 0.5 * lam * normsq
-            gbuf[jj] = _psi1(u, kind) * y[i] * mult[i] / kk
+            sbuf[jj] = xsq
+            yi = 1.0 if ym[start + jj] > 0 else -1.0
+            u = (margin - yi * f) / scale
+            obj += abs(ym[start + jj]) * scale * _rho1(u, kind) + 0.5 * lam * normsq
+            gbuf[jj] = _psi1(u, kind) * ym[start + jj] / kk
         c = 1.0 - eta * lam
         if c <= 0.0:
             if do_avg:
@@ -431,8 +579,8 @@ def _sgd_pass(X, data, indices, indptr, sparse, y, mult, row_sq, order, v, P, st
             if kk == 1:
                 fcur = c * fbuf[0] if c > 0.0 else 0.0
             else:
-                fcur = a * (_row_dot(X, data, indices, indptr, sparse, i, v) + bv * one)
-            normsq += 2.0 * step * fcur + step * step * (row_sq[i] + one)
+                fcur = a * (_row_dot(X, data, indices, indptr, sparse, i, v)[0] + bv * one)
+            normsq += 2.0 * step * fcur + step * step * (sbuf[jj] + one)
             coef = step / a
             _row_axpy(X, data, indices, indptr, sparse, i, coef, v, P, Q, do_avg)
             if fit_intercept:
@@ -516,15 +664,6 @@ def _project(state):
         state.b *= state.radius / nrm
 
 
-def _row_sq_norms(X):
-    if sp.issparse(X):
-        sq = np.zeros(X.shape[0])
-        np.add.at(sq, np.repeat(np.arange(X.shape[0]), np.diff(X.indptr)), np.asarray(X.data, np.float64) ** 2)
-        return sq
-    Xf = np.asarray(X)
-    return np.einsum("ij,ij->i", Xf, Xf, dtype=np.float64)
-
-
 def sgd_passes(X, y, sample_weight, state, *, n_passes, margin, lam, influence="catoni_giulini",
                batch_size=1, fit_intercept=True, average=False, rescale=True, rescale_after=1,
                rescale_quantile=0.75, delta=0.01, scale_factor=1.0, shuffle=True, tol=None,
@@ -540,7 +679,7 @@ def sgd_passes(X, y, sample_weight, state, *, n_passes, margin, lam, influence="
     y = np.ascontiguousarray(y, dtype=np.float64)
     sw = np.asarray(sample_weight, dtype=np.float64)
     n, d = X.shape
-    mult = sw * (n / sw.sum())
+    ym = y * (sw * (n / sw.sum()))  # label times weight multiplier c_i = s_i n / W
     sparse = sp.issparse(X)
     if sparse:
         X = X.tocsr()
@@ -553,16 +692,10 @@ def sgd_passes(X, y, sample_weight, state, *, n_passes, margin, lam, influence="
         data = np.empty(0, dtype=Xd.dtype)
         indices = np.empty(0, dtype=np.int32)
         indptr = np.zeros(1, dtype=np.int32)
-    with np.errstate(over="ignore"):
-        row_sq = _row_sq_norms(X)
-    if not np.all(np.isfinite(row_sq)):
-        raise ValueError(
-            "The squared norms of some rows of X overflow: margin pursuit cannot take a step. "
-            "Scale the features (e.g. MinMaxScaler or StandardScaler)."
-        )
     k = int(batch_size)
     fbuf = np.empty(k)
     gbuf = np.empty(k)
+    sbuf = np.empty(k)
     if average and state.avg_sum is None:
         state.avg_sum = np.zeros(d)
     P = state.avg_sum if average else np.empty(0)
@@ -580,9 +713,20 @@ def sgd_passes(X, y, sample_weight, state, *, n_passes, margin, lam, influence="
     for _ in range(n_passes):
         order = rng.permutation(n) if shuffle else np.arange(n)
         radius = state.radius if project else math.inf
-        obj = _sgd_pass(Xd, data, indices, indptr, sparse, y, mult, row_sq, order, state.w, P, st,
-                        float(margin), float(state.scale), float(lam), float(radius), kind, k,
-                        bool(fit_intercept), bool(average), fbuf, gbuf)
+        ym_o = ym[order]
+        if k == 1:
+            obj = _sgd_pass1(Xd, data, indices, indptr, sparse, ym_o, order, state.w, P, st,
+                             float(margin), float(state.scale), float(lam), float(radius), kind,
+                             bool(fit_intercept), bool(average))
+        else:
+            obj = _sgd_pass(Xd, data, indices, indptr, sparse, ym_o, order, state.w, P, st,
+                            float(margin), float(state.scale), float(lam), float(radius), kind, k,
+                            bool(fit_intercept), bool(average), fbuf, gbuf, sbuf)
+        if not math.isfinite(obj):
+            raise ValueError(
+                f"Margin pursuit overflowed in SGD pass {state.passes + 1} (non-finite margins or "
+                "norms). Scale the features (e.g. MinMaxScaler or StandardScaler)."
+            )
         state.t = int(st[0])
         state.b = float(st[1])
         state.avg_b = float(st[3])
