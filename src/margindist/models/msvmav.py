@@ -16,6 +16,7 @@ from .._params import (
     MULTICLASS_PARAMS,
     NON_NEGATIVE,
     POSITIVE,
+    CACHE_SIZE,
     POSITIVE_INT,
     RANDOM_STATE,
     VERBOSE,
@@ -68,8 +69,17 @@ class MSVMAv(BaseMarginClassifier):
       K_i^T K_i where the outer product K_i K_i^T is meant. This a'_k is the exact minimiser
       of (1/n) sum_{A_k} (theta - y_i K_i^T a)^2 + beta (a - a_{k-1})^T (I + K) (a - a_{k-1}).
     * Sample weights s_i (times class weights) replace counts everywhere: weighted average
-      margin, weighted semi-variance sums with n beta -> (sum_i s_i) beta, weighted u; an
-      integer weight k is the same as k copies of the row.
+      margin, weighted semi-variance sums with n beta -> (sum_i s_i) beta, weighted u (and
+      a_0, a-step y -> s y in the kernel path). The ridge part I of the kernel path's
+      proximal metric becomes diag(1 / s_i), the only choice under which an integer weight k
+      equals k copies of a row there (copies split their coefficient); for unit weights it is
+      the paper's I. Integer weights equal copied rows on every path except Nyström (its
+      landmarks are drawn from the rows).
+    * The kernel path with kernel="linear" is not the linear algorithm: the I of the (I + K)
+      metric adds a ridge on the coefficients. ``kernel_prox="rkhs"`` drops it
+      (beta (a - a_{k-1})^T K (a - a_{k-1}) = beta ||f - f_{k-1}||_H^2, the exact kernelisation
+      of the linear step), and then ``dual=True, kernel="linear"`` reproduces the linear
+      path's decision values.
 
     Parameters
     ----------
@@ -100,16 +110,23 @@ class MSVMAv(BaseMarginClassifier):
         the changes of A_k:
 
         * "sherman-morrison": the explicit inverse updated by the corrected Eqs. 7/8 (removals
-          and additions as two separate Woodbury blocks; O(c d^2) for c changed indices) and
-          recomputed every ``refresh_every`` iterations against round-off;
+          and additions as two separate Woodbury blocks; O(c d^2) for c changed indices),
+          checked against round-off after every update and recomputed when needed (see
+          ``refresh_every``); the first iteration starts from M = P^{-1} (I for the linear
+          path), as the paper does;
         * "batched": the Gram sum over A_k kept incrementally (O(c d^2)) and refactorised by
           Cholesky each iteration (O(d^3));
         * "cg": conjugate gradients with products through the rows of A_k, never a d x d
           matrix (sparse / high-dimensional X; Jacobi-preconditioned, warm-started);
-        * "auto": CG above 4096 features (2048 for sparse X), otherwise per iteration the
-          cheaper of a Woodbury update and a refactorisation by a flop count.
-    refresh_every : int, default=10
-        Iterations of incremental inverse updates between two recomputations from scratch.
+        * "auto": dense X with at most 128 columns (bias included): a compiled loop of the
+          batched scheme (rank-one updates save nothing at this size and per-call overhead
+          dominates); CG above 4096 features (2048 for sparse X); otherwise per iteration the
+          cheaper of a Woodbury update (about 4 c d^2 flops) and a refactorisation (d^3 / 3).
+    refresh_every : int, default=None
+        Round-off control of the Sherman-Morrison scheme: after every incremental update the
+        inverse is checked against the system on a fixed probe vector (O(d^2)) and recomputed
+        from scratch (O(d^3)) when the relative residual exceeds 1e-10; an int additionally
+        forces a recomputation after that many incremental iterations.
     return_best : bool, default=False
         Return the iterate with the smallest training SV/theta^2 instead of the last one
         (the paper returns the last; SV/theta^2 is not monotone along the iteration).
@@ -130,6 +147,11 @@ class MSVMAv(BaseMarginClassifier):
         the model is stored as a kernel expansion over the landmarks. For large m, where the
         exact kernel path's O(m^3) eigendecomposition is too slow. Named kernels only.
         Landmarks are drawn uniformly, ignoring sample weights.
+    cache_size : float, default=500
+        MiB for the cache of eigendecompositions of the kernel path (module-wide, least
+        recently used first out). A refit on the same data, kernel and weights — another
+        (alpha, beta) of a grid search, or the next one-vs-rest sub-problem — reuses the
+        O(m^3) eigendecomposition. 0 disables it.
     class_weight : dict or "balanced", default=None
     multi_class : {"ovr", "ovo"}, default="ovr"
     n_jobs : int, default=None
@@ -201,20 +223,21 @@ class MSVMAv(BaseMarginClassifier):
         "tol": NON_NEGATIVE,
         "fit_intercept": ["boolean"],
         "update": [StrOptions({"auto", "sherman-morrison", "batched", "cg"})],
-        "refresh_every": POSITIVE_INT,
+        "refresh_every": [Interval(Integral, 1, None, closed="left"), None],
         "return_best": ["boolean"],
         "dual": [StrOptions({"auto"}), "boolean"],
         "kernel_prox": [StrOptions({"paper", "rkhs"})],
         "kernel_approximation": [Interval(Integral, 1, None, closed="left"), None],
+        "cache_size": [Interval(Real, 0, None, closed="left")],
         **MULTICLASS_PARAMS,
         "random_state": RANDOM_STATE,
         "verbose": VERBOSE,
     }
 
     def __init__(self, alpha=1.0, beta=1.0, kernel="linear", gamma="scale", degree=3, coef0=0.0,
-                 max_iter=100, tol=1e-6, fit_intercept=True, update="auto", refresh_every=10,
+                 max_iter=100, tol=1e-6, fit_intercept=True, update="auto", refresh_every=None,
                  return_best=False, dual="auto", kernel_prox="paper", kernel_approximation=None,
-                 class_weight=None, multi_class="ovr", n_jobs=None, random_state=None, verbose=0):
+                 cache_size=500, class_weight=None, multi_class="ovr", n_jobs=None, random_state=None, verbose=0):
         self.alpha = alpha
         self.beta = beta
         self.kernel = kernel
@@ -230,6 +253,7 @@ class MSVMAv(BaseMarginClassifier):
         self.dual = dual
         self.kernel_prox = kernel_prox
         self.kernel_approximation = kernel_approximation
+        self.cache_size = cache_size
         self.class_weight = class_weight
         self.multi_class = multi_class
         self.n_jobs = n_jobs
@@ -267,7 +291,8 @@ class MSVMAv(BaseMarginClassifier):
             return self._model(res, coef=w, intercept=b)
         log.info("MSVMAv kernel path (%s): m=%d, O(m^3) eigendecomposition", kernel.kind, X.shape[0])
         a, b, res = msvmav_kernel(kernel, X, y, sample_weight, self.alpha, self.beta,
-                                  fit_intercept=self.fit_intercept, kernel_prox=self.kernel_prox, **kw)
+                                  fit_intercept=self.fit_intercept, kernel_prox=self.kernel_prox,
+                                  cache_bytes=int(self.cache_size * 2**20), **kw)
         return self._model(res, dual_coef=a, intercept=b)
 
     def _fit_nystroem(self, X, y, sample_weight, kernel, kw):
@@ -291,6 +316,12 @@ class MSVMAv(BaseMarginClassifier):
         return self._model(res, dual_coef=a, intercept=b)
 
     def _model(self, res, **kw):
+        h = res["history"]
+        get_logger(self.verbose).info(
+            "MSVMAv: %d iterations (%s), theta=%.4g, SV/theta^2=%.4g (best %.4g at %d), |A|=%d, "
+            "changes in the last iteration=%d", res["n_iter"],
+            "converged" if res["converged"] else "max_iter", h["theta"][-1], h["bound"][-1],
+            h["bound"][res["best_iter"]], res["best_iter"], h["n_active"][-1], h["n_changes"][-1])
         if res["changing"]:
             warnings.warn(
                 f"MSVMAv: the active set (margins below the average) still changed in the last "

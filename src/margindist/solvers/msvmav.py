@@ -30,17 +30,28 @@ H_k is updated from H_{k-1} when indices enter or leave A. Schemes (``update``):
   for both directions; with the printed sign M drifts from H^{-1} without bound). Removals and
   additions are applied as two separate Woodbury blocks (a mixed block can have a singular
   capacitance matrix, e.g. duplicate points of opposite labels); each block costs
-  O(c d^2 + c^2 d + c^3) for c rows. M is recomputed from S every ``refresh_every`` iterations to
-  bound round-off.
+  O(c d^2 + c^2 d + c^3) for c rows. After every update M is checked against H on a fixed probe
+  vector (O(d^2)) and recomputed from the Gram sum when the residual exceeds
+  :data:`REFRESH_TOL` (or every ``refresh_every`` iterations when that is set), which bounds
+  round-off.
 * ``"batched"``: keep the Gram sum S_A = sum_{A} s_i z_i z_i^T incrementally (O(c d^2) for c
   changes) and re-factorise H by Cholesky (O(d^3)) every iteration.
 * ``"cg"``: conjugate gradients on H with products through the rows of A (Jacobi
   preconditioner, warm start); never forms a d x d matrix (sparse, high-dimensional X).
-* ``"auto"``: CG when d is large (no d x d matrix), otherwise per iteration the cheaper of a
-  Woodbury update of M (about 4 c d^2 flops) and a Cholesky refactorisation (d^3 / 3).
+* ``"auto"``: dense X with few columns: the batched scheme in one compiled loop
+  (:mod:`.msvmav_dense`); CG when d is large (no d x d matrix); otherwise per iteration the
+  cheaper of a Woodbury update of M (about 4 c d^2 flops) and a Cholesky refactorisation
+  (d^3 / 3).
+
+All dense linear algebra runs with one BLAS thread for matrices up to order
+:data:`BLAS_SINGLE_THREAD_MAX` (multi-threaded OpenBLAS was measured 10x slower there).
 """
 
 from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
 
 import numpy as np
 import scipy.linalg as sla
@@ -56,6 +67,7 @@ __all__ = [
     "msvmav_iterate",
     "msvmav_linear",
     "msvmav_kernel",
+    "weighted_gram_eig",
     "blas_single_thread",
     "HISTORY_FIELDS",
 ]
@@ -67,7 +79,7 @@ HISTORY_FIELDS = ("theta", "semivariance", "bound", "n_active", "n_changes", "up
 MAX_DIRECT_DENSE = 4096
 MAX_DIRECT_SPARSE = 2048
 #: "auto" runs the compiled loop (:mod:`.msvmav_dense`) on dense X up to this many features.
-MAX_COMPILED = 64
+MAX_COMPILED = 128
 #: Row blocks for Gram sums and Woodbury updates (bounds temporaries).
 _ROW_BLOCK = 4096
 #: Probe residual of the explicit inverse above which it is recomputed from scratch.
@@ -79,16 +91,20 @@ CHANGE_WINDOW = 5
 
 _CONTROLLER = None
 
+#: Problems whose largest dense matrix has at most this order run with one BLAS thread.
+BLAS_SINGLE_THREAD_MAX = 2048
 
-def blas_single_thread(size: int, limit: int = 2048):
+
+def blas_single_thread(size: int):
     """Context manager limiting BLAS to one thread when the dense matrices are small.
 
     Multi-threaded OpenBLAS was measured 10-60x slower than one thread on the small matrices of
     this solver (d or m up to a few hundred) on a 2-core machine; ``size`` is the order of the
-    largest dense matrix of the problem. Above ``limit`` the BLAS threading is left alone.
+    largest dense matrix of the problem. Above :data:`BLAS_SINGLE_THREAD_MAX` the BLAS
+    threading is left alone (control it with threadpoolctl around ``fit``).
     """
     global _CONTROLLER
-    if size > limit:
+    if size > BLAS_SINGLE_THREAD_MAX:
         return _NullContext()
     if _CONTROLLER is None:
         from threadpoolctl import ThreadpoolController
@@ -176,59 +192,91 @@ class Design:
         """The design of rows idx (a copy of those rows of B)."""
         return Design(self.B[idx], self.r[idx], self.c, self.intercept)
 
-    def col_sq_sum(self, idx, weights):
-        """sum_{i in idx} weights_i z_i^2 (elementwise): the diagonal of the Gram sum."""
-        out = np.zeros(self.d)
-        for start in range(0, len(idx), _ROW_BLOCK):
-            sl = idx[start : start + _ROW_BLOCK]
-            R = self.rows(sl)
-            wt = weights[sl]
-            if sp.issparse(R):
-                out += np.asarray(R.multiply(R).T @ wt).ravel()
-            else:
-                out += (R * R).T @ wt
+    def sq_rmatvec(self, t):
+        """sum_i t_i z_i * z_i (elementwise squares): the diagonal of Z^T diag(t) Z."""
+        rt = self.r * self.r * t
+        if self.sparse:
+            B2 = sp.csr_matrix((self.B.data * self.B.data, self.B.indices, self.B.indptr),
+                               shape=self.B.shape, copy=False)
+            out = np.asarray(B2.T @ rt).ravel()
+        else:
+            out = np.einsum("ij,ij,i->j", self.B, self.B, rt, optimize=True)
+        if self.c is not None:
+            out = self.c * self.c * out
+        if self.intercept:
+            out = np.append(out, rt.sum())
         return out
 
 
 class _Direct:
     """Explicit d x d state of the semi-variance system H = P + G / nb.
 
-    G = sum_{A} s_i z_i z_i^T (upper triangle, Fortran order, updated in place by BLAS syrk),
-    g = sum_{A} s_i z_i, and optionally M = H^{-1} (full, Fortran order) kept current by
-    Sherman-Morrison / Woodbury updates.
+    g = sum_{A} s_i z_i is always current. G = sum_{A} s_i z_i z_i^T (upper triangle, Fortran
+    order, updated in place by BLAS syrk) is kept current only while Cholesky steps need it
+    (Sherman-Morrison steps leave it stale and it is rebuilt when needed). M = H^{-1} (full,
+    Fortran order) is kept current by Sherman-Morrison / Woodbury updates when present.
     """
 
     def __init__(self, design, s, P, nb):
         d = design.d
         self.design, self.s, self.P, self.nb, self.d = design, s, P, nb, d
         self.G = np.zeros((d, d), order="F")
+        self.G_valid = True  # G matches the active set of the last gram_sync
         self.g = np.zeros(d)
         self.M = None
+        self.active = np.zeros(design.n, dtype=bool)
         self.n_refresh = 0
         # fixed probe vector for the round-off check of M (deterministic, not user randomness)
         self.probe = np.cos(np.arange(1, d + 1) * 2.399963229728653)
         self.probe /= np.linalg.norm(self.probe)
 
-    # -- the Gram sum
-    def gram_update(self, idx, sign):
-        """G += sign sum_{idx} s_i z_i z_i^T, g += sign sum_{idx} s_i z_i."""
+    # -- the sums over the active set
+    def _rows_update(self, idx, sign, gram):
         for start in range(0, len(idx), _ROW_BLOCK):
             sl = idx[start : start + _ROW_BLOCK]
             R = self.design.rows(sl)
             wt = self.s[sl]
             if sp.issparse(R):
-                self.G += sign * (R.T @ R.multiply(wt[:, None]).tocsr()).toarray()
+                if gram:
+                    self.G += sign * (R.T @ R.multiply(wt[:, None]).tocsr()).toarray()
                 self.g += sign * np.asarray(R.T @ wt).ravel()
             else:
-                Rw = R * np.sqrt(wt)[:, None]
-                self.G = blas.dsyrk(float(sign), Rw, beta=1.0, c=self.G, trans=1, lower=0,
-                                    overwrite_c=1)
+                if gram:
+                    Rw = R * np.sqrt(wt)[:, None]
+                    self.G = blas.dsyrk(float(sign), Rw, beta=1.0, c=self.G, trans=1, lower=0,
+                                        overwrite_c=1)
                 self.g += sign * (R.T @ wt)
 
-    def gram_reset(self, idx):
-        self.G[:] = 0.0
-        self.g[:] = 0.0
-        self.gram_update(idx, 1.0)
+    def move(self, A, add, rem, gram):
+        """Follow the active set to A (indices add entered, rem left): g always, G if ``gram``."""
+        self.active = A
+        c = add.size + rem.size
+        n_act = int(np.count_nonzero(A))
+        if gram and not self.G_valid:
+            self.G[:] = 0.0
+            self.g[:] = 0.0
+            self._rows_update(np.flatnonzero(A), 1.0, True)
+        elif c > n_act:  # cheaper from scratch
+            self.g[:] = 0.0
+            if gram:
+                self.G[:] = 0.0
+            self._rows_update(np.flatnonzero(A), 1.0, gram)
+        else:
+            if rem.size:
+                self._rows_update(rem, -1.0, gram)
+            if add.size:
+                self._rows_update(add, 1.0, gram)
+        if gram:
+            self.G_valid = True
+        elif c:
+            self.G_valid = False
+
+    def ensure_gram(self):
+        if not self.G_valid:
+            self.G[:] = 0.0
+            self.g[:] = 0.0
+            self._rows_update(np.flatnonzero(self.active), 1.0, True)
+            self.G_valid = True
 
     def H(self):
         """P + G / nb, upper triangle valid (a fresh Fortran array)."""
@@ -240,11 +288,15 @@ class _Direct:
         return np.triu(self.G) + np.triu(self.G, 1).T
 
     def H_times(self, x):
-        return self.P * x + blas.dsymv(1.0, self.G, x, lower=0) / self.nb
+        if self.G_valid:
+            return self.P * x + blas.dsymv(1.0, self.G, x, lower=0) / self.nb
+        t = self.design.matvec(x)
+        return self.P * x + self.design.rmatvec(np.where(self.active, self.s * t, 0.0)) / self.nb
 
     # -- solves
     def cholesky_solve(self, rhs, keep_inverse):
         """Solve H x = rhs by a fresh Cholesky factorisation; optionally keep M = H^{-1}."""
+        self.ensure_gram()
         c, info = lapack.dpotrf(self.H(), lower=0, clean=0, overwrite_a=1)
         if info != 0:
             raise np.linalg.LinAlgError(f"MSVMAv: Cholesky of the semi-variance system failed (info={info}).")
@@ -256,6 +308,7 @@ class _Direct:
         return x
 
     def refresh(self):
+        self.ensure_gram()
         c, info = lapack.dpotrf(self.H(), lower=0, clean=0, overwrite_a=1)
         if info != 0:
             raise np.linalg.LinAlgError(f"MSVMAv: Cholesky of the semi-variance system failed (info={info}).")
@@ -417,7 +470,6 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
 
     direct = _Direct(design, s, P, nb) if family == "direct" else None
     since_refresh = 0  # incremental inverse updates since M was last computed from scratch
-    diagG = None  # CG: diagonal of the Gram sum (Jacobi preconditioner)
     g = None
     w_half_prev = None
     converged = False
@@ -431,20 +483,14 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
         rhs_scale = theta / nb
 
         if family == "direct":
-            # G = sum_A s z z^T and g = sum_A s z: incremental, or from scratch when cheaper
-            if c > n_act:
-                direct.gram_reset(np.flatnonzero(A))
-            else:
-                if rem.size:
-                    direct.gram_update(rem, -1.0)
-                if add.size:
-                    direct.gram_update(add, 1.0)
-            g = direct.g
-            rhs = rhs_scale * g + P * w
             if update in ("sherman-morrison", "batched"):
                 scheme = update
             else:  # auto: the cheaper of a Woodbury update of M and a Cholesky refactorisation
                 scheme = "sherman-morrison" if (direct.M is not None and _woodbury_cheaper(c, d)) else "batched"
+            # g = sum_A s z always; the Gram sum G only for Cholesky steps
+            direct.move(A, add, rem, gram=scheme == "batched")
+            g = direct.g
+            rhs = rhs_scale * g + P * w
             if scheme == "sherman-morrison":
                 if direct.M is None:
                     # from H = P, every index of A enters as an update (the paper starts at M = I)
@@ -468,30 +514,23 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
         else:
             scheme = "cg"
             idxA = np.flatnonzero(A)
-            sub = design.subset(idxA)
             sA = s[idxA]
+            sub = design.subset(idxA)
             g = sub.rmatvec(sA)
-            if c > n_act or diagG is None:
-                diagG = design.col_sq_sum(idxA, s)
-            else:
-                if rem.size:
-                    diagG -= design.col_sq_sum(rem, s)
-                if add.size:
-                    diagG += design.col_sq_sum(add, s)
-            rhs = rhs_scale * g + P * w
+            diagG = sub.sq_rmatvec(sA)
 
             def hv(v, sub=sub, sA=sA):
                 return P * v + sub.rmatvec(sA * sub.matvec(v)) / nb
 
+            rhs = rhs_scale * g + P * w
+
             op = LinearOperator((d, d), matvec=hv, dtype=np.float64)
             pre_diag = 1.0 / (P + np.maximum(diagG, 0.0) / nb)
             pre = LinearOperator((d, d), matvec=lambda v, p=pre_diag: p * v, dtype=np.float64)
-            x0 = None
-            if w_half_prev is not None:  # warm start: the best multiple of the last solution
-                den = float(w_half_prev @ hv(w_half_prev))
-                if den > 0:
-                    x0 = (float(w_half_prev @ rhs) / den) * w_half_prev
-            w_half, info = cg(op, rhs, x0=x0, rtol=cg_tol, atol=0.0, maxiter=10 * d + 100, M=pre)
+            # warm start from the last solution (the right-hand side changes little once the
+            # iteration settles)
+            w_half, info = cg(op, rhs, x0=w_half_prev, rtol=cg_tol, atol=0.0, maxiter=10 * d + 100,
+                              M=pre)
             if info > 0 and log is not None:
                 log.info("MSVMAv: CG stopped at its iteration cap (rtol=%g) in iteration %d", cg_tol, k)
             w_half_prev = w_half
@@ -510,7 +549,7 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
             callback({"k": k, "active": A, "theta": theta, "w_prev": w, "w_half": w_half,
                       "w": w_new, "scheme": scheme, "nb": nb, "g": g,
                       "M": direct.M if scheme == "sherman-morrison" else None,
-                      "G": direct.G_full() if direct is not None else None,
+                      "G": direct.G_full() if direct is not None and direct.G_valid else None,
                       "n_refresh": direct.n_refresh if direct is not None else 0})
         dw = norm(w_new - w)
         w = w_new
@@ -522,6 +561,9 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
         A = m < theta
         changes = int(np.count_nonzero(A != prevA))
         record(k, m, theta, A, changes)
+        if log is not None and log.isEnabledFor(10):
+            log.debug("MSVMAv iteration %d (%s): theta=%.6g SV/theta^2=%.6g |A|=%d changes=%d |dw|=%.3g",
+                      k, scheme, theta, hist["bound"][k], hist["n_active"][k], changes, dw)
         if hist["bound"][k] < hist["bound"][best_k]:
             best_k, best_w = k, w.copy()
         if tol > 0 and changes == 0 and dw <= tol:
@@ -605,8 +647,68 @@ def _kernel_gram(spec: KernelSpec, X, fit_intercept):
     return K
 
 
+#: Eigendecompositions of recent (weighted) Gram matrices, keyed by a hash of the data, the
+#: kernel and the weights: a grid over alpha and beta at one kernel pays the O(m^3) once.
+_EIG_CACHE: OrderedDict = OrderedDict()
+_EIG_LOCK = threading.Lock()
+EIG_CACHE_BYTES = 512 * 2**20
+
+
+def _eig_key(spec, X, s, fit_intercept):
+    if spec.kind == "callable":
+        return None
+    h = hashlib.blake2b(digest_size=16)
+    h.update(repr((spec.kind, spec.gamma, spec.degree, spec.coef0, bool(fit_intercept))).encode())
+    if sp.issparse(X):
+        Xc = sp.csr_matrix(X)
+        h.update(repr((Xc.shape, str(Xc.dtype))).encode())
+        for arr in (Xc.data, Xc.indices, Xc.indptr):
+            h.update(np.ascontiguousarray(arr).tobytes())
+    else:
+        Xa = np.ascontiguousarray(X)
+        h.update(repr((Xa.shape, str(Xa.dtype))).encode())
+        h.update(Xa.tobytes())
+    h.update(np.ascontiguousarray(s, dtype=np.float64).tobytes())
+    return h.hexdigest()
+
+
+def weighted_gram_eig(spec, X, s, fit_intercept, cache_bytes=None):
+    """Eigendecomposition (lam ascending, Q) of D^{1/2} (K (+1)) D^{1/2}, D = diag(s); cached.
+
+    ``cache_bytes``: keep results up to this total size (default :data:`EIG_CACHE_BYTES`;
+    0 disables the cache). Cached arrays are read-only.
+    """
+    budget = EIG_CACHE_BYTES if cache_bytes is None else int(cache_bytes)
+    m = s.shape[0]
+    size = 8 * (m * m + m)
+    key = _eig_key(spec, X, s, fit_intercept) if 0 < size <= budget else None
+    if key is not None:
+        with _EIG_LOCK:
+            hit = _EIG_CACHE.get(key)
+            if hit is not None:
+                _EIG_CACHE.move_to_end(key)
+                return hit
+    rs = np.sqrt(s)
+    K = _kernel_gram(spec, X, fit_intercept)
+    K *= rs[:, None]
+    K *= rs[None, :]
+    lam, Q = sla.eigh(K, overwrite_a=True, check_finite=False)
+    del K
+    lam = np.maximum(lam, 0.0)
+    if key is not None:
+        lam.flags.writeable = False
+        Q.flags.writeable = False
+        with _EIG_LOCK:
+            _EIG_CACHE[key] = (lam, Q)
+            total = sum(8 * (v[1].size + v[0].size) for v in _EIG_CACHE.values())
+            while total > budget and len(_EIG_CACHE) > 1:
+                _, old = _EIG_CACHE.popitem(last=False)
+                total -= 8 * (old[1].size + old[0].size)
+    return lam, Q
+
+
 def msvmav_kernel(spec: KernelSpec, X, y, sample_weight, alpha, beta, *, fit_intercept=False,
-                  kernel_prox="paper", callback=None, **kw):
+                  kernel_prox="paper", callback=None, cache_bytes=None, **kw):
     """Kernel MSVMAv (paper Section 4.2 as corrected). Returns (dual_coef (m,), intercept, result).
 
     f(x) = sum_j a_j k(x_j, x) (+ b with ``fit_intercept``: the kernel k + 1, b = sum_j a_j).
@@ -633,12 +735,7 @@ def msvmav_kernel(spec: KernelSpec, X, y, sample_weight, alpha, beta, *, fit_int
     m = y.shape[0]
     rs = np.sqrt(s)
     with blas_single_thread(m):
-        K = _kernel_gram(spec, X, fit_intercept)
-        K *= rs[:, None]
-        K *= rs[None, :]
-        lam, Q = sla.eigh(K, overwrite_a=True, check_finite=False)
-        del K
-        lam = np.maximum(lam, 0.0)
+        lam, Q = weighted_gram_eig(spec, X, s, fit_intercept, cache_bytes)
         if kernel_prox == "paper":
             design = Design(Q, y / rs, col_scale=lam)
 
