@@ -389,89 +389,130 @@ def _row_axpy(X, data, indices, indptr, sparse, i, coef, v, P, q, do_avg):
                 v[j] += coef * X[i, j]
 
 
-@njit(cache=True, fastmath=_FM)
-def _sgd_pass1(X, data, indices, indptr, sparse, ym, order, v, P, st, margin, scale,
-               lam, radius, kind, fit_intercept, do_avg):
-    """:func:`_sgd_pass` for mini-batches of one example, with the row loops written inline.
+# State of a pass held in a small array by the single-example kernels:
+# [t, a, ||(w, b)||^2, b / a, Q, sum of averaged b, averaged count, objective sum]
+# (w = a v with v the array being updated; the running sum of averaged iterates is P + Q v).
+_T, _A, _NSQ, _BV, _Q, _PB, _CNT, _OBJ = range(8)
 
-    The hot path (the default ``batch_size=1``): one dot product and one axpy per example,
-    everything else O(1).
+
+@njit(cache=True, inline="always")
+def _step_begin(acc, xsq, ymk, v, P, s, margin, scale, lam, kind, one, do_avg):
+    """Everything of one single-example step before the axpy. Returns the coefficient of
+    x_i in v-space (0: no update)."""
+    a = s[_A]
+    f = a * (acc + s[_BV] * one)
+    yi = 1.0 if ymk > 0 else -1.0
+    u = (margin - yi * f) / scale
+    s[_OBJ] += abs(ymk) * scale * _rho1(u, kind) + 0.5 * lam * s[_NSQ]
+    g = _psi1(u, kind) * ymk
+    eta = 1.0 / (lam * s[_T])
+    c = 1.0 - eta * lam
+    if c <= 0.0:  # only at t = 1: w becomes 0
+        if do_avg:
+            for j in range(v.shape[0]):
+                P[j] += s[_Q] * v[j]
+            s[_PB] += s[_Q] * s[_BV]
+            s[_Q] = 0.0
+        v[:] = 0.0
+        s[_BV] = 0.0
+        s[_A] = 1.0
+        s[_NSQ] = 0.0
+        f = 0.0
+    else:
+        s[_A] = a * c
+        s[_NSQ] *= c * c
+        f *= c
+    if g == 0.0:
+        return 0.0
+    step = eta * g
+    s[_NSQ] += 2.0 * step * f + step * step * (xsq + one)
+    coef = step / s[_A]
+    s[_BV] += coef * one
+    s[_PB] -= s[_Q] * coef * one
+    return coef
+
+
+@njit(cache=True, inline="always")
+def _step_end(v, s, r2, radius, do_avg):
+    """Projection, averaging bookkeeping and renormalisation after the axpy."""
+    if s[_NSQ] < 0.0:
+        s[_NSQ] = 0.0
+    if s[_NSQ] > r2:
+        s[_A] *= radius / math.sqrt(s[_NSQ])
+        s[_NSQ] = r2
+    if do_avg:
+        s[_Q] += s[_A]
+        s[_CNT] += 1.0
+    if s[_A] < 1e-9:
+        a = s[_A]
+        for j in range(v.shape[0]):
+            v[j] *= a
+        s[_BV] *= a
+        if do_avg:
+            s[_Q] /= a
+        s[_A] = 1.0
+    s[_T] += 1.0
+
+
+@njit(cache=True, inline="always")
+def _pass_init(st):
+    s = np.zeros(8)
+    s[_T] = st[0]
+    s[_A] = 1.0
+    s[_NSQ] = st[2]
+    s[_BV] = st[1]
+    s[_PB] = st[3]
+    s[_CNT] = st[4]
+    return s
+
+
+@njit(cache=True, inline="always")
+def _pass_finish(v, P, s, st, do_avg):
+    """Materialise w = a v and the averaged sum P + Q v; write the carried state back."""
+    a = s[_A]
+    if do_avg:
+        for j in range(v.shape[0]):
+            P[j] += s[_Q] * v[j]
+        s[_PB] += s[_Q] * s[_BV]
+    ns = 0.0
+    for j in range(v.shape[0]):
+        v[j] *= a
+        ns += v[j] * v[j]
+    bv = s[_BV] * a
+    st[0] = s[_T]
+    st[1] = bv
+    st[2] = ns + bv * bv
+    st[3] = s[_PB]
+    st[4] = s[_CNT]
+    return s[_OBJ]
+
+
+@njit(cache=True, fastmath=_FM)
+def _sgd_pass1_dense(X, ym, order, v, P, st, margin, scale, lam, radius, kind, fit_intercept, do_avg):
+    """:func:`_sgd_pass` for mini-batches of one example on dense X, row loops inline.
+
+    The hot path (the default ``batch_size=1``): one dot product (vectorised: reassociation
+    allowed) and one axpy per example, everything else O(1).
     """
     n = order.shape[0]
     d = v.shape[0]
-    t = st[0]
-    bv = st[1]
-    normsq = st[2]
-    Pb = st[3]
-    count = st[4]
-    a = 1.0
-    Q = 0.0
     one = 1.0 if fit_intercept else 0.0
     r2 = radius * radius
-    obj = 0.0
-    touch = 0.0
+    s = _pass_init(st)
     for k in range(n):
         i = order[k]
         acc = 0.0
         xsq = 0.0
-        if sparse:
-            # software prefetch: touch the rows visited a few steps ahead (random rows of a
-            # large CSR matrix are cache misses; these loads are off the critical path)
-            if k + 8 < n:
-                touch += indptr[order[k + 8]]
-            if k + 4 < n:
-                q1 = indptr[order[k + 4] + 1]
-                for q in range(indptr[order[k + 4]], q1, 8):
-                    touch += data[q]
-                for q in range(indptr[order[k + 4]], q1, 16):
-                    touch += indices[q]
-            for p in range(indptr[i], indptr[i + 1]):
-                x = data[p]
-                acc += v[indices[p]] * x
-                xsq += x * x
-        else:
-            for j in range(d):
-                x = X[i, j]
-                acc += v[j] * x
-                xsq += x * x
+        for j in range(d):
+            x = X[i, j]
+            acc += v[j] * x
+            xsq += x * x
         if not math.isfinite(xsq):
             return math.nan  # overflow: reported by the caller
-        f = a * (acc + bv * one)
-        yi = 1.0 if ym[k] > 0 else -1.0
-        mi = abs(ym[k])
-        u = (margin - yi * f) / scale
-        obj += mi * scale * _rho1(u, kind) + 0.5 * lam * normsq
-        g = _psi1(u, kind) * ym[k]
-        eta = 1.0 / (lam * t)
-        c = 1.0 - eta * lam
-        if c <= 0.0:  # only at t = 1: w becomes 0
+        coef = _step_begin(acc, xsq, ym[k], v, P, s, margin, scale, lam, kind, one, do_avg)
+        if coef != 0.0:
             if do_avg:
-                for j in range(d):
-                    P[j] += Q * v[j]
-                Pb += Q * bv
-                Q = 0.0
-            for j in range(d):
-                v[j] = 0.0
-            bv = 0.0
-            a = 1.0
-            normsq = 0.0
-            f = 0.0
-        else:
-            a *= c
-            normsq *= c * c
-            f *= c
-        if g != 0.0:
-            step = eta * g
-            normsq += 2.0 * step * f + step * step * (xsq + one)
-            coef = step / a
-            qc = Q * coef
-            if sparse:
-                for p in range(indptr[i], indptr[i + 1]):
-                    x = data[p]
-                    v[indices[p]] += coef * x
-                    if do_avg:
-                        P[indices[p]] -= qc * x
-            elif do_avg:
+                qc = s[_Q] * coef
                 for j in range(d):
                     x = X[i, j]
                     v[j] += coef * x
@@ -479,39 +520,54 @@ def _sgd_pass1(X, data, indices, indptr, sparse, ym, order, v, P, st, margin, sc
             else:
                 for j in range(d):
                     v[j] += coef * X[i, j]
-            bv += coef * one
-            Pb -= qc * one
-        if normsq < 0.0:
-            normsq = 0.0
-        if normsq > r2:
-            a *= radius / math.sqrt(normsq)
-            normsq = r2
-        if do_avg:
-            Q += a
-            count += 1.0
-        if a < 1e-9:
-            for j in range(d):
-                v[j] *= a
-            bv *= a
-            if do_avg:
-                Q /= a
-            a = 1.0
-        t += 1.0
-    if do_avg:
-        for j in range(d):
-            P[j] += Q * v[j]
-        Pb += Q * bv
-    ns = 0.0
-    for j in range(d):
-        v[j] *= a
-        ns += v[j] * v[j]
-    bv *= a
-    st[0] = t
-    st[1] = bv
-    st[2] = ns + bv * bv
-    st[3] = Pb
-    st[4] = count
-    return obj + 0.0 * touch  # keeps the prefetching loads alive (no "nnan" flag: not folded)
+        _step_end(v, s, r2, radius, do_avg)
+    return _pass_finish(v, P, s, st, do_avg)
+
+
+@njit(cache=True, fastmath={"contract"})
+def _sgd_pass1_csr(data, indices, indptr, ym, order, v, P, st, margin, scale, lam, radius, kind,
+                   fit_intercept, do_avg):
+    """:func:`_sgd_pass1_dense` for CSR X.
+
+    No reassociation here: LLVM would turn the indexed loops into vector gathers, which are
+    slower than scalar loads. The rows visited a few steps ahead are touched early (software
+    prefetch): random rows of a large CSR matrix are cache misses, and these loads are off the
+    critical path.
+    """
+    n = order.shape[0]
+    one = 1.0 if fit_intercept else 0.0
+    r2 = radius * radius
+    s = _pass_init(st)
+    touch = 0.0
+    for k in range(n):
+        i = order[k]
+        if k + 8 < n:
+            touch += indptr[order[k + 8]]
+        if k + 4 < n:
+            q1 = indptr[order[k + 4] + 1]
+            for q in range(indptr[order[k + 4]], q1, 8):
+                touch += data[q]
+            for q in range(indptr[order[k + 4]], q1, 16):
+                touch += indices[q]
+        acc = 0.0
+        xsq = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            x = data[p]
+            acc += v[indices[p]] * x
+            xsq += x * x
+        if not math.isfinite(xsq):
+            return math.nan  # overflow: reported by the caller
+        coef = _step_begin(acc, xsq, ym[k], v, P, s, margin, scale, lam, kind, one, do_avg)
+        if coef != 0.0:
+            qc = s[_Q] * coef
+            for p in range(indptr[i], indptr[i + 1]):
+                x = data[p]
+                v[indices[p]] += coef * x
+                if do_avg:
+                    P[indices[p]] -= qc * x
+        _step_end(v, s, r2, radius, do_avg)
+    # "+ 0 * touch" keeps the prefetching loads alive (no "nnan" flag: it cannot be folded)
+    return _pass_finish(v, P, s, st, do_avg) + 0.0 * touch
 
 
 @njit(cache=True, fastmath=_FM)
@@ -714,10 +770,13 @@ def sgd_passes(X, y, sample_weight, state, *, n_passes, margin, lam, influence="
         order = rng.permutation(n) if shuffle else np.arange(n)
         radius = state.radius if project else math.inf
         ym_o = ym[order]
-        if k == 1:
-            obj = _sgd_pass1(Xd, data, indices, indptr, sparse, ym_o, order, state.w, P, st,
-                             float(margin), float(state.scale), float(lam), float(radius), kind,
-                             bool(fit_intercept), bool(average))
+        if k == 1 and sparse:
+            obj = _sgd_pass1_csr(data, indices, indptr, ym_o, order, state.w, P, st, float(margin),
+                                 float(state.scale), float(lam), float(radius), kind,
+                                 bool(fit_intercept), bool(average))
+        elif k == 1:
+            obj = _sgd_pass1_dense(Xd, ym_o, order, state.w, P, st, float(margin), float(state.scale),
+                                   float(lam), float(radius), kind, bool(fit_intercept), bool(average))
         else:
             obj = _sgd_pass(Xd, data, indices, indptr, sparse, ym_o, order, state.w, P, st,
                             float(margin), float(state.scale), float(lam), float(radius), kind, k,
