@@ -90,6 +90,18 @@ def test_failing_tasks_exit_1(capsys, tmp_path):
     assert code == 1 and "2 task(s) failed" in out
 
 
+def test_bench_on_a_dask_scheduler(capsys, tmp_path):
+    distributed = pytest.importorskip("distributed")
+    argv = ["bench", "--datasets", "heart", "--methods", "mamc", "--repeats", "2", "--quiet"]
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        code, out, err = run(capsys, *argv, "--scheduler", cluster.scheduler_address, "--out", str(tmp_path / "d"))
+    assert code == 0, err
+    code, serial, _ = run(capsys, *argv, "--out", str(tmp_path / "s"))
+    assert code == 0 and (tmp_path / "d" / "table.csv").read_text() == (tmp_path / "s" / "table.csv").read_text()
+    assert out.split("\n\n")[1] == serial.split("\n\n")[1]
+
+
 def test_quick_preset_says_so(capsys, tmp_path):
     code, out, err = run(capsys, "reproduce", "margin-pursuit", "--quick", "--datasets", "digits-5",
                          "--methods", "marginpursuit", "--repeats", "2", "--out", str(tmp_path),

@@ -98,6 +98,9 @@ def _check_parallel(args):
     if args.scheduler is not None:
         from .experiments.parallel import dask_available
 
+        if args.workers not in (None, 1):
+            _info(args, "--scheduler given: the tasks run on the Dask cluster, --workers is ignored")
+
         if not dask_available():
             raise UsageError('--scheduler needs the Dask "distributed" package: pip install "margindist[dask]"')
 

@@ -268,7 +268,7 @@ def _m3svm(quick: bool) -> Experiment:
     names = ["vehicle", "glass", "dermatology"] + ([] if quick else ["cornell"])
     datasets = [DatasetSpec(n) for n in names]
     if quick:
-        lam, p, C = (1e-4, 0.05, 0.1), (2, 4), _q(pow2(-2, 2, 4))
+        lam, p, C = (0.01, 0.1), (4,), _q(pow2(-4, 0, 4))
     else:
         lam, p, C = tuple(float(v) for v in np.linspace(1e-4, 1e-1, 10)), tuple(range(1, 9)), pow2(-10, 10, 2)
     methods = [
