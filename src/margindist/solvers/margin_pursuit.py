@@ -389,102 +389,85 @@ def _row_axpy(X, data, indices, indptr, sparse, i, coef, v, P, q, do_avg):
                 v[j] += coef * X[i, j]
 
 
-# State of a pass held in a small array by the single-example kernels:
-# [t, a, ||(w, b)||^2, b / a, Q, sum of averaged b, averaged count, objective sum]
-# (w = a v with v the array being updated; the running sum of averaged iterates is P + Q v).
-_T, _A, _NSQ, _BV, _Q, _PB, _CNT, _OBJ = range(8)
+# The single-example kernels carry the pass state in scalars: t (step number), a (w = a v, v the
+# array being updated), nsq = ||(w, b)||^2, bv = b / a, Q and Pb (the running sum of averaged
+# iterates is P + Q v, its intercept part Pb), cnt (averaged iterates), obj (objective sum).
 
 
 @njit(cache=True, inline="always")
-def _step_begin(acc, xsq, ymk, v, P, s, margin, scale, lam, kind, one, do_avg):
-    """Everything of one single-example step before the axpy. Returns the coefficient of
-    x_i in v-space (0: no update)."""
-    a = s[_A]
-    f = a * (acc + s[_BV] * one)
+def _step_begin(acc, xsq, ymk, v, P, t, a, nsq, bv, Q, Pb, obj, margin, scale, lam, kind, one, do_avg):
+    """Everything of one single-example step before the axpy. Returns the coefficient of x_i
+    in v-space (0: no update) and the updated scalars."""
+    f = a * (acc + bv * one)
     yi = 1.0 if ymk > 0 else -1.0
     u = (margin - yi * f) / scale
-    s[_OBJ] += abs(ymk) * scale * _rho1(u, kind) + 0.5 * lam * s[_NSQ]
+    obj += abs(ymk) * scale * _rho1(u, kind) + 0.5 * lam * nsq
     g = _psi1(u, kind) * ymk
-    eta = 1.0 / (lam * s[_T])
+    eta = 1.0 / (lam * t)
     c = 1.0 - eta * lam
     if c <= 0.0:  # only at t = 1: w becomes 0
         if do_avg:
             for j in range(v.shape[0]):
-                P[j] += s[_Q] * v[j]
-            s[_PB] += s[_Q] * s[_BV]
-            s[_Q] = 0.0
+                P[j] += Q * v[j]
+            Pb += Q * bv
+            Q = 0.0
         v[:] = 0.0
-        s[_BV] = 0.0
-        s[_A] = 1.0
-        s[_NSQ] = 0.0
+        bv = 0.0
+        a = 1.0
+        nsq = 0.0
         f = 0.0
     else:
-        s[_A] = a * c
-        s[_NSQ] *= c * c
+        a *= c
+        nsq *= c * c
         f *= c
-    if g == 0.0:
-        return 0.0
-    step = eta * g
-    s[_NSQ] += 2.0 * step * f + step * step * (xsq + one)
-    coef = step / s[_A]
-    s[_BV] += coef * one
-    s[_PB] -= s[_Q] * coef * one
-    return coef
+    coef = 0.0
+    if g != 0.0:
+        step = eta * g
+        nsq += 2.0 * step * f + step * step * (xsq + one)
+        coef = step / a
+        bv += coef * one
+        Pb -= Q * coef * one
+    return coef, a, nsq, bv, Q, Pb, obj
 
 
 @njit(cache=True, inline="always")
-def _step_end(v, s, r2, radius, do_avg):
+def _step_end(v, t, a, nsq, bv, Q, cnt, r2, radius, do_avg):
     """Projection, averaging bookkeeping and renormalisation after the axpy."""
-    if s[_NSQ] < 0.0:
-        s[_NSQ] = 0.0
-    if s[_NSQ] > r2:
-        s[_A] *= radius / math.sqrt(s[_NSQ])
-        s[_NSQ] = r2
+    if nsq < 0.0:
+        nsq = 0.0
+    if nsq > r2:
+        a *= radius / math.sqrt(nsq)
+        nsq = r2
     if do_avg:
-        s[_Q] += s[_A]
-        s[_CNT] += 1.0
-    if s[_A] < 1e-9:
-        a = s[_A]
+        Q += a
+        cnt += 1.0
+    if a < 1e-9:
         for j in range(v.shape[0]):
             v[j] *= a
-        s[_BV] *= a
+        bv *= a
         if do_avg:
-            s[_Q] /= a
-        s[_A] = 1.0
-    s[_T] += 1.0
+            Q /= a
+        a = 1.0
+    return t + 1.0, a, nsq, bv, Q, cnt
 
 
 @njit(cache=True, inline="always")
-def _pass_init(st):
-    s = np.zeros(8)
-    s[_T] = st[0]
-    s[_A] = 1.0
-    s[_NSQ] = st[2]
-    s[_BV] = st[1]
-    s[_PB] = st[3]
-    s[_CNT] = st[4]
-    return s
-
-
-@njit(cache=True, inline="always")
-def _pass_finish(v, P, s, st, do_avg):
-    """Materialise w = a v and the averaged sum P + Q v; write the carried state back."""
-    a = s[_A]
+def _pass_finish(v, P, st, t, a, bv, Q, Pb, cnt, do_avg):
+    """Materialise w = a v and the averaged sum P + Q v; write the carried state to st."""
     if do_avg:
         for j in range(v.shape[0]):
-            P[j] += s[_Q] * v[j]
-        s[_PB] += s[_Q] * s[_BV]
+            P[j] += Q * v[j]
+        Pb += Q * bv
     ns = 0.0
     for j in range(v.shape[0]):
         v[j] *= a
         ns += v[j] * v[j]
-    bv = s[_BV] * a
-    st[0] = s[_T]
+    bv *= a
+    st[0] = t
     st[1] = bv
     st[2] = ns + bv * bv
-    st[3] = s[_PB]
-    st[4] = s[_CNT]
-    return s[_OBJ]
+    st[3] = Pb
+    st[4] = cnt
 
 
 @njit(cache=True, fastmath=_FM)
@@ -498,7 +481,8 @@ def _sgd_pass1_dense(X, ym, order, v, P, st, margin, scale, lam, radius, kind, f
     d = v.shape[0]
     one = 1.0 if fit_intercept else 0.0
     r2 = radius * radius
-    s = _pass_init(st)
+    t, bv, nsq, Pb, cnt = st[0], st[1], st[2], st[3], st[4]
+    a, Q, obj = 1.0, 0.0, 0.0
     for k in range(n):
         i = order[k]
         acc = 0.0
@@ -509,10 +493,11 @@ def _sgd_pass1_dense(X, ym, order, v, P, st, margin, scale, lam, radius, kind, f
             xsq += x * x
         if not math.isfinite(xsq):
             return math.nan  # overflow: reported by the caller
-        coef = _step_begin(acc, xsq, ym[k], v, P, s, margin, scale, lam, kind, one, do_avg)
+        coef, a, nsq, bv, Q, Pb, obj = _step_begin(acc, xsq, ym[k], v, P, t, a, nsq, bv, Q, Pb, obj,
+                                                   margin, scale, lam, kind, one, do_avg)
         if coef != 0.0:
             if do_avg:
-                qc = s[_Q] * coef
+                qc = Q * coef
                 for j in range(d):
                     x = X[i, j]
                     v[j] += coef * x
@@ -520,8 +505,9 @@ def _sgd_pass1_dense(X, ym, order, v, P, st, margin, scale, lam, radius, kind, f
             else:
                 for j in range(d):
                     v[j] += coef * X[i, j]
-        _step_end(v, s, r2, radius, do_avg)
-    return _pass_finish(v, P, s, st, do_avg)
+        t, a, nsq, bv, Q, cnt = _step_end(v, t, a, nsq, bv, Q, cnt, r2, radius, do_avg)
+    _pass_finish(v, P, st, t, a, bv, Q, Pb, cnt, do_avg)
+    return obj
 
 
 @njit(cache=True, fastmath={"contract"})
@@ -537,7 +523,8 @@ def _sgd_pass1_csr(data, indices, indptr, ym, order, v, P, st, margin, scale, la
     n = order.shape[0]
     one = 1.0 if fit_intercept else 0.0
     r2 = radius * radius
-    s = _pass_init(st)
+    t, bv, nsq, Pb, cnt = st[0], st[1], st[2], st[3], st[4]
+    a, Q, obj = 1.0, 0.0, 0.0
     touch = 0.0
     for k in range(n):
         i = order[k]
@@ -557,17 +544,19 @@ def _sgd_pass1_csr(data, indices, indptr, ym, order, v, P, st, margin, scale, la
             xsq += x * x
         if not math.isfinite(xsq):
             return math.nan  # overflow: reported by the caller
-        coef = _step_begin(acc, xsq, ym[k], v, P, s, margin, scale, lam, kind, one, do_avg)
+        coef, a, nsq, bv, Q, Pb, obj = _step_begin(acc, xsq, ym[k], v, P, t, a, nsq, bv, Q, Pb, obj,
+                                                   margin, scale, lam, kind, one, do_avg)
         if coef != 0.0:
-            qc = s[_Q] * coef
+            qc = Q * coef
             for p in range(indptr[i], indptr[i + 1]):
                 x = data[p]
                 v[indices[p]] += coef * x
                 if do_avg:
                     P[indices[p]] -= qc * x
-        _step_end(v, s, r2, radius, do_avg)
+        t, a, nsq, bv, Q, cnt = _step_end(v, t, a, nsq, bv, Q, cnt, r2, radius, do_avg)
+    _pass_finish(v, P, st, t, a, bv, Q, Pb, cnt, do_avg)
     # "+ 0 * touch" keeps the prefetching loads alive (no "nnan" flag: it cannot be folded)
-    return _pass_finish(v, P, s, st, do_avg) + 0.0 * touch
+    return obj + 0.0 * touch
 
 
 @njit(cache=True, fastmath=_FM)
