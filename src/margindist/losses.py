@@ -39,7 +39,7 @@ def smooth_hinge_derivative(t, delta):
     neg = t < 0
     out = np.empty_like(r)
     np.multiply(0.5, 1.0 + t / np.where(r > 0, r, 1.0), out=out, where=~neg)
-    np.divide(0.5 * delta * delta, r * (r - t), out=out, where=neg)
+    np.divide(np.divide(0.5 * delta * delta, r - t, where=neg, out=np.zeros_like(r)), r, out=out, where=neg)
     return out
 
 

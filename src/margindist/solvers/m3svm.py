@@ -12,8 +12,9 @@ with the data term l_i either the smoothed pairwise hinge of M3SVM,
 
 or the cross-entropy of the logits W x_i + b (ISM3, the softmax variant).
 
-* The data term is vectorised over all (i, k) at once: one product S = X W^T (dense or CSR X,
-  never densified) and one product G^T X for the gradient, O(nnz(X) K) time, O(n K) memory.
+* The data term is evaluated for all (i, k) at once: one product S = X W^T (dense or CSR X,
+  never densified), one fused numba pass over S for the loss and dF/dS, and one product G^T X
+  for the gradient: O(nnz(X) K) time, O(n K) memory.
 * The regulariser is evaluated in Gram form, ||w_k - w_l||^2 = ||w_k||^2 + ||w_l||^2 - 2 w_k.w_l,
   O(K^2 d) time and O(K^2 + K d) memory (the authors' broadcast (K, K, d) tensor is neither).
   Its gradient is L W with the weighted Laplacian L = diag(A 1) - A, A_kl = p ||w_k - w_l||^(p-2).
@@ -36,11 +37,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from numba import njit
 from scipy.optimize import minimize
-from scipy.special import log_softmax, softmax
+from scipy.special import softmax
 from threadpoolctl import ThreadpoolController
 
-from ..losses import smooth_hinge, smooth_hinge_derivative
 
 __all__ = [
     "pairwise_penalty",
@@ -65,56 +66,53 @@ def pairwise_penalty(W, p, *, return_grad=True):
     Returns (R, grad) with grad of W's shape, or R alone with ``return_grad=False``.
     """
     W = np.asarray(W, dtype=np.float64)
-    K = W.shape[0]
     sq = np.einsum("ij,ij->i", W, W)
-    G = W @ W.T
     scale = sq[:, None] + sq[None, :]
-    D2 = scale - 2.0 * G
+    D2 = scale - 2.0 * (W @ W.T)
     np.maximum(D2, 0.0, out=D2)
     np.fill_diagonal(D2, 0.0)
-    # pairs k < l whose distance is lost to cancellation (and are not exactly zero vectors)
-    iu, ju = np.triu_indices(K, 1)
-    near = (D2[iu, ju] <= _CANCEL_RTOL * scale[iu, ju]) & (scale[iu, ju] > 0)
-    ni, nj = iu[near], ju[near]
-    diffs = []
-    if ni.size:
+    # pairs whose distance is lost to cancellation (and are not both zero vectors)
+    near = D2 <= _CANCEL_RTOL * scale
+    np.fill_diagonal(near, False)
+    near &= scale > 0
+    ni = nj = None
+    if near.any():
+        ni, nj = np.nonzero(np.triu(near))
         step = max(1, _BLOCK_FLOATS // max(W.shape[1], 1))
         for s in range(0, ni.size, step):
-            blk = W[ni[s:s + step]] - W[nj[s:s + step]]
+            a, b = ni[s:s + step], nj[s:s + step]
+            blk = W[a] - W[b]
             d2 = np.einsum("ij,ij->i", blk, blk)
-            D2[ni[s:s + step], nj[s:s + step]] = d2
-            D2[nj[s:s + step], ni[s:s + step]] = d2
-            if return_grad and p != 2:
-                diffs.append(blk)
-    half_p = 0.5 * p
-    pos = D2 > 0
-    powed = np.zeros_like(D2)
-    np.power(D2, half_p, out=powed, where=pos)
-    R = 0.5 * float(powed.sum())
+            D2[a, b] = d2
+            D2[b, a] = d2
+    R = 0.5 * float(np.power(D2, 0.5 * p).sum())
     if not return_grad:
         return R
     if p == 2:
-        A = np.full((K, K), 2.0)
+        A = np.full_like(D2, 2.0)
         np.fill_diagonal(A, 0.0)
-    else:
-        A = np.zeros_like(D2)
-        np.power(D2, 0.5 * (p - 2.0), out=A, where=pos)
+    elif p > 2:
+        A = np.power(D2, 0.5 * (p - 2.0))
         A *= p
+    else:  # negative power: zero distances (diagonal, coinciding rows) get A = 0
+        A = np.zeros_like(D2)
+        np.power(D2, 0.5 * (p - 2.0), out=A, where=D2 > 0)
+        A *= p
+    if ni is not None and p != 2:
         # near pairs: their terms come from the explicit differences below
         A[ni, nj] = 0.0
         A[nj, ni] = 0.0
     grad = A.sum(axis=1)[:, None] * W - A @ W
-    if diffs:
-        coef = np.zeros(ni.size)
-        d2 = D2[ni, nj]
-        np.power(d2, 0.5 * (p - 2.0), out=coef, where=d2 > 0)
-        coef *= p
-        start = 0
-        for blk in diffs:
-            c = coef[start:start + blk.shape[0], None] * blk
-            np.add.at(grad, ni[start:start + blk.shape[0]], c)
-            np.add.at(grad, nj[start:start + blk.shape[0]], -c)
-            start += blk.shape[0]
+    if ni is not None and p != 2:
+        step = max(1, _BLOCK_FLOATS // max(W.shape[1], 1))
+        for s in range(0, ni.size, step):
+            a, b = ni[s:s + step], nj[s:s + step]
+            d2 = D2[a, b]
+            coef = np.zeros_like(d2)
+            np.power(d2, 0.5 * (p - 2.0), out=coef, where=d2 > 0)
+            c = (p * coef)[:, None] * (W[a] - W[b])
+            np.add.at(grad, a, c)
+            np.add.at(grad, b, -c)
     return R, grad
 
 
@@ -131,30 +129,72 @@ def _scores(X, W, b):
 def _xt_dot(X, G):
     """G^T X as (K, d) float64 (sparse X stays sparse)."""
     Gc = G.astype(X.dtype, copy=False) if X.dtype == np.float32 else G
-    return np.asarray((X.T @ Gc).T, dtype=np.float64)
+    if sp.issparse(X):
+        return np.asarray((X.T @ Gc).T, dtype=np.float64)
+    return np.asarray(Gc.T @ X, dtype=np.float64)
+
+
+@njit(cache=True)
+def _softmax_term(S, y, s, G):
+    """sum_i s_i CE(S_i, y_i); G = dF/dS. One pass, no temporaries."""
+    n, K = S.shape
+    val = 0.0
+    for i in range(n):
+        m = S[i, 0]
+        for k in range(1, K):
+            if S[i, k] > m:
+                m = S[i, k]
+        tot = 0.0
+        for k in range(K):
+            e = math.exp(S[i, k] - m)
+            G[i, k] = e
+            tot += e
+        val += s[i] * (math.log(tot) - (S[i, y[i]] - m))
+        c = s[i] / tot
+        for k in range(K):
+            G[i, k] *= c
+        G[i, y[i]] -= s[i]
+    return val
+
+
+@njit(cache=True)
+def _smooth_hinge_term(S, y, s, delta, G):
+    """sum_i s_i sum_{k != y_i} g(1 - S_iy + S_ik); G = dF/dS (see losses.smooth_hinge)."""
+    n, K = S.shape
+    d2 = delta * delta
+    val = 0.0
+    for i in range(n):
+        yi = y[i]
+        sy = S[i, yi]
+        acc = 0.0
+        gsum = 0.0
+        for k in range(K):
+            if k == yi:
+                continue
+            t = 1.0 - sy + S[i, k]
+            r = math.sqrt(t * t + d2)
+            if t >= 0:
+                g = 0.5 * (t + r)
+            else:
+                g = 0.5 * d2 / (r - t)
+            gd = g / r if r > 0 else 0.5
+            acc += g
+            G[i, k] = s[i] * gd
+            gsum += G[i, k]
+        G[i, yi] = -gsum
+        val += s[i] * acc
+    return val
 
 
 def data_term(S, y_index, sample_weight, loss, delta):
     """Weighted data term sum_i s_i l_i of the scores S (n, K) and dF/dS (n, K)."""
-    n = S.shape[0]
-    rows = np.arange(n)
-    s = sample_weight
+    S = np.ascontiguousarray(S, dtype=np.float64)
+    y = np.asarray(y_index, dtype=np.intp)
+    s = np.asarray(sample_weight, dtype=np.float64)
+    G = np.empty_like(S)
     if loss == "softmax":
-        logp = log_softmax(S, axis=1)
-        val = -float(s @ logp[rows, y_index])
-        G = np.exp(logp)
-        G[rows, y_index] -= 1.0
-        G *= s[:, None]
-        return val, G
-    T = 1.0 - S[rows, y_index][:, None] + S
-    gv = smooth_hinge(T, delta)
-    gd = smooth_hinge_derivative(T, delta)
-    gv[rows, y_index] = 0.0
-    gd[rows, y_index] = 0.0
-    val = float(s @ gv.sum(axis=1))
-    gd *= s[:, None]
-    gd[rows, y_index] = -gd.sum(axis=1)
-    return val, gd
+        return _softmax_term(S, y, s, G), G
+    return _smooth_hinge_term(S, y, s, float(delta), G), G
 
 
 def _unpack(theta, K, d, fit_intercept):
