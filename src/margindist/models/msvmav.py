@@ -111,7 +111,7 @@ class MSVMAv(BaseMarginClassifier):
 
         * "sherman-morrison": the explicit inverse updated by the corrected Eqs. 7/8 (removals
           and additions as two separate Woodbury blocks; O(c d^2) for c changed indices),
-          checked against round-off after every update and recomputed when needed (see
+          checked against round-off every fourth update and recomputed when needed (see
           ``refresh_every``); the first iteration starts from M = P^{-1} (I for the linear
           path), as the paper does;
         * "batched": the Gram sum over A_k kept incrementally (O(c d^2)) and refactorised by
@@ -123,7 +123,7 @@ class MSVMAv(BaseMarginClassifier):
           dominates); CG above 4096 features (2048 for sparse X); otherwise per iteration the
           cheaper of a Woodbury update (about 4 c d^2 flops) and a refactorisation (d^3 / 3).
     refresh_every : int, default=None
-        Round-off control of the Sherman-Morrison scheme: after every incremental update the
+        Round-off control of the Sherman-Morrison scheme: every fourth incremental update the
         inverse is checked against the system on a fixed probe vector (O(d^2)) and recomputed
         from scratch (O(d^3)) when the relative residual exceeds 1e-10; an int additionally
         forces a recomputation after that many incremental iterations.

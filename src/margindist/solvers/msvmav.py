@@ -30,8 +30,8 @@ H_k is updated from H_{k-1} when indices enter or leave A. Schemes (``update``):
   for both directions; with the printed sign M drifts from H^{-1} without bound). Removals and
   additions are applied as two separate Woodbury blocks (a mixed block can have a singular
   capacitance matrix, e.g. duplicate points of opposite labels); each block costs
-  O(c d^2 + c^2 d + c^3) for c rows. After every update M is checked against H on a fixed probe
-  vector (O(d^2)) and recomputed from the Gram sum when the residual exceeds
+  O(c d^2 + c^2 d + c^3) for c rows. After every fourth update M is checked against H on a fixed
+  probe vector (O(d^2)) and recomputed from the Gram sum when the residual exceeds
   :data:`REFRESH_TOL` (or every ``refresh_every`` iterations when that is set), which bounds
   round-off.
 * ``"batched"``: keep the Gram sum S_A = sum_{A} s_i z_i z_i^T incrementally (O(c d^2) for c
@@ -84,6 +84,8 @@ MAX_COMPILED = 128
 _ROW_BLOCK = 4096
 #: Probe residual of the explicit inverse above which it is recomputed from scratch.
 REFRESH_TOL = 1e-10
+#: The probe check runs after every CHECK_EVERY-th incremental update.
+CHECK_EVERY = 4
 #: Relative residual of the conjugate-gradient solves.
 CG_TOL = 1e-10
 #: Iterations at the end of a run in which an active-set change means "not settled".
@@ -213,8 +215,8 @@ class _Direct:
 
     g = sum_{A} s_i z_i is always current. G = sum_{A} s_i z_i z_i^T (upper triangle, Fortran
     order, updated in place by BLAS syrk) is kept current only while Cholesky steps need it
-    (Sherman-Morrison steps leave it stale and it is rebuilt when needed). M = H^{-1} (full,
-    Fortran order) is kept current by Sherman-Morrison / Woodbury updates when present.
+    (Sherman-Morrison steps leave it stale and it is rebuilt when needed). M = H^{-1} (upper
+    triangle, Fortran order) is kept current by Sherman-Morrison / Woodbury updates when present.
     """
 
     def __init__(self, design, s, P, nb):
@@ -320,6 +322,10 @@ class _Direct:
 
         One row is the Sherman-Morrison update of the paper's Eq. 7 (removal, sign = -1) and
         the corrected Eq. 8 (addition, sign = +1): M - M z z^T M / (z^T M z + sign nb / s).
+        A block of c rows U uses the capacitance C = sign nb diag(1/s) + U M U^T, positive
+        definite for additions and negative definite for removals (never mixed), so that
+        M - (M U^T) C^{-1} (U M) is a symmetric rank-c update through a Cholesky factor of +-C.
+        Only the upper triangle of M is kept (BLAS syr / syrk / symm).
         """
         M = self.M
         block = max(1, min(self.d, 256))
@@ -330,29 +336,45 @@ class _Direct:
                 R = R.toarray()
             if len(sl) == 1:
                 z = R[0]
-                v = M @ z
+                v = blas.dsymv(1.0, M, z, lower=0)
                 denom = z @ v + sign * self.nb / self.s[sl[0]]
-                M = blas.dger(-1.0 / denom, v, v, a=M, overwrite_a=1)
+                M = blas.dsyr(-1.0 / denom, v, a=M, lower=0, overwrite_a=1)
                 continue
-            MU = M @ R.T  # (d, c)
+            MU = blas.dsymm(1.0, M, np.asfortranarray(R.T), side=0, lower=0)  # (d, c)
             C = R @ MU
             C[np.diag_indices_from(C)] += sign * self.nb / self.s[sl]
-            W = np.linalg.solve(C, MU.T)
-            M = blas.dgemm(-1.0, MU, W, beta=1.0, c=M, overwrite_c=1)
+            L = np.linalg.cholesky(sign * C)  # sign * C = L L^T
+            V = sla.solve_triangular(L, MU.T, lower=True, check_finite=False)  # (c, d)
+            # M - MU C^{-1} MU^T = M - sign V^T V
+            M = blas.dsyrk(-sign, V, beta=1.0, c=M, trans=1, lower=0, overwrite_c=1)
         self.M = M
+
+    def solve(self, rhs):
+        return blas.dsymv(1.0, self.M, rhs, lower=0)
+
+    def M_full(self):
+        return None if self.M is None else np.triu(self.M) + np.triu(self.M, 1).T
 
     def residual(self):
         """Relative residual ||p - H M p|| of the explicit inverse on the probe vector."""
-        return float(np.linalg.norm(self.probe - self.H_times(self.M @ self.probe)))
+        return float(np.linalg.norm(self.probe - self.H_times(self.solve(self.probe))))
+
+
+def _rows_sum(design, idx, s, square):
+    """sum_{i in idx} s_i z_i (or s_i z_i * z_i with ``square``)."""
+    R = design.rows(idx)
+    if sp.issparse(R):
+        if square:
+            R = R.multiply(R)
+        return np.asarray(R.T @ s[idx]).ravel()
+    return (R * R if square else R).T @ s[idx]
 
 
 def _potri_full(c):
-    """Full symmetric inverse from an upper Cholesky factor (LAPACK potri), Fortran order."""
+    """Inverse from an upper Cholesky factor (LAPACK potri); upper triangle, Fortran order."""
     inv, info = lapack.dpotri(c, lower=0, overwrite_c=1)
     if info != 0:
         raise np.linalg.LinAlgError(f"MSVMAv: Cholesky inverse failed (info={info}).")
-    inv = np.triu(inv)
-    inv += np.triu(inv, 1).T
     return np.asfortranarray(inv)
 
 
@@ -404,8 +426,8 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
         tol (in the N-norm; w has unit norm). 0 runs all ``max_iter`` iterations.
     update : {"auto", "sherman-morrison", "batched", "cg"}
     refresh_every : int or None
-        Sherman-Morrison scheme: after every incremental update, M is checked against H on a
-        fixed probe vector (O(d^2)) and recomputed from the Gram sum (O(d^3)) when the relative
+        Sherman-Morrison scheme: after every :data:`CHECK_EVERY`-th incremental update, M is
+        checked against H on a fixed probe vector (O(d^2)) and recomputed from the Gram sum (O(d^3)) when the relative
         residual exceeds :data:`REFRESH_TOL`; ``refresh_every`` additionally forces a
         recomputation after that many incremental iterations (None: only when the check fails).
     return_best : bool
@@ -494,7 +516,7 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
             if scheme == "sherman-morrison":
                 if direct.M is None:
                     # from H = P, every index of A enters as an update (the paper starts at M = I)
-                    direct.M = np.asfortranarray(np.diag(1.0 / P))
+                    direct.M = np.asfortranarray(np.diag(1.0 / P))  # upper triangle: diagonal
                     direct.woodbury(np.flatnonzero(A), 1.0)
                 else:
                     if rem.size:  # removals and additions as two separate batches
@@ -502,11 +524,13 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
                     if add.size:
                         direct.woodbury(add, 1.0)
                 since_refresh += 1
-                if (refresh_every is not None and since_refresh >= refresh_every) or (
-                        direct.residual() > REFRESH_TOL):
+                if refresh_every is not None and since_refresh >= refresh_every:
                     direct.refresh()
                     since_refresh = 0
-                w_half = direct.M @ rhs
+                elif since_refresh % CHECK_EVERY == 0 and direct.residual() > REFRESH_TOL:
+                    direct.refresh()
+                    since_refresh = 0
+                w_half = direct.solve(rhs)
             else:
                 keep = update == "auto" and _woodbury_cheaper(c, d)
                 w_half = direct.cholesky_solve(rhs, keep_inverse=keep)
@@ -516,8 +540,14 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
             idxA = np.flatnonzero(A)
             sA = s[idxA]
             sub = design.subset(idxA)
-            g = sub.rmatvec(sA)
-            diagG = sub.sq_rmatvec(sA)
+            if g is None or c > n_act:  # from scratch; else follow the changes of A
+                g = sub.rmatvec(sA)
+                diagG = sub.sq_rmatvec(sA)
+            else:
+                for idx, sign in ((rem, -1.0), (add, 1.0)):
+                    if idx.size:
+                        g = g + sign * _rows_sum(design, idx, s, square=False)
+                        diagG = diagG + sign * _rows_sum(design, idx, s, square=True)
 
             def hv(v, sub=sub, sA=sA):
                 return P * v + sub.rmatvec(sA * sub.matvec(v)) / nb
@@ -548,7 +578,7 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
         if callback is not None:
             callback({"k": k, "active": A, "theta": theta, "w_prev": w, "w_half": w_half,
                       "w": w_new, "scheme": scheme, "nb": nb, "g": g,
-                      "M": direct.M if scheme == "sherman-morrison" else None,
+                      "M": direct.M_full() if scheme == "sherman-morrison" else None,
                       "G": direct.G_full() if direct is not None and direct.G_valid else None,
                       "n_refresh": direct.n_refresh if direct is not None else 0})
         dw = norm(w_new - w)
@@ -617,7 +647,10 @@ def _as_float64(X):
         if X.dtype != np.float64:
             X = X.astype(np.float64)
         return X
-    return np.ascontiguousarray(X, dtype=np.float64)
+    X = np.asarray(X, dtype=np.float64)  # no copy for float64 in C or Fortran order
+    if not (X.flags.c_contiguous or X.flags.f_contiguous):
+        X = np.ascontiguousarray(X)
+    return X
 
 
 def msvmav_linear(X, y, sample_weight, alpha, beta, *, fit_intercept=True, **kw):
