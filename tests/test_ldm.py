@@ -48,7 +48,7 @@ def test_stable_H_equals_reference_pinv_form(rng):
     m = X.shape[0]
     for G in (np.c_[X, np.ones(m)] @ np.c_[X, np.ones(m)].T,  # rank 4: singular
               _gram_rbf(X) + 1.0):
-        for lambda1 in (2**-8, 2**-2, 4.0):
+        for lambda1 in (1e-9, 2**-8, 2**-2, 4.0):  # 1e-9: the solve branch, else the inverse
             c = 4 * lambda1 / m**2
             Q = G + c * (m * G @ G - np.outer(G @ y, G @ y))
             H_ref = (y[:, None] * (G @ np.linalg.pinv(Q, rcond=1e-13) @ G)) * y[None, :]
@@ -170,11 +170,11 @@ def test_sample_weight_is_duplication(rng):
 def test_multiclass_shared_setup_equals_separate_fits():
     X, y = _scaled("iris")
     for kernel in ("linear", "rbf"):
-        kw = dict(kernel=kernel, C=10.0, tol=1e-8, max_iter=100000, random_state=0)
-        seq = LDM(**kw).fit(X, y)  # one factorisation shared by the 3 sub-problems
-        par = LDM(n_jobs=2, **kw).fit(X, y)  # separate set-up per sub-problem
-        np.testing.assert_allclose(seq.decision_function(X), par.decision_function(X), atol=1e-6)
-        assert seq.score(X, y) > 0.9
+        kw = dict(kernel=kernel, gamma=1.0, C=10.0, tol=1e-8, max_iter=100000, random_state=0)
+        shared = LDM(**kw).fit(X, y)  # one factorisation shared by the 3 sub-problems
+        separate = np.column_stack([LDM(**kw).fit(X, y == k).decision_function(X) for k in np.unique(y)])
+        np.testing.assert_allclose(shared.decision_function(X), separate, atol=1e-6)
+        assert shared.score(X, y) > 0.9
     ovo = LDM(multi_class="ovo", C=10.0).fit(X, y)
     assert ovo.score(X, y) > 0.9
 
@@ -212,7 +212,7 @@ def test_asgd_average_is_the_average_of_the_iterates(rng):
     iterates = []
     for t in range(150):
         order = np.array([t % m])
-        _asgd_pass(*parts, 1.0, y, sfac, cumw, order, lam3, l1, l2, eta0, 0.0, t0, st.w, st.abar, st.scal,
+        _asgd_pass(*parts, 1.0, y, sfac, cumw, order, 0, lam3, l1, l2, eta0, 0.0, t0, st.w, st.abar, st.scal,
                    rng_state, True)
         iterates.append(st.weights().copy())
         # step t (0-based) averages the iterates after steps t0 - 1 ... t

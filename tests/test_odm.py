@@ -197,7 +197,7 @@ def test_estimator_solvers_agree_and_match_primal():
 
 def test_warm_start_refit_takes_one_epoch():
     X, y = _scaled("australian")
-    est = ODM(lam=10.0, tol=1e-6, warm_start=True, random_state=0).fit(X, y)
+    est = ODM(lam=10.0, solver="dcd", tol=1e-6, warm_start=True, random_state=0).fit(X, y)
     assert est.n_iter_ > 1
     est.fit(X, y)
     assert est.n_iter_ == 1
@@ -208,7 +208,7 @@ def test_warm_start_refit_takes_one_epoch():
     rbf.fit(X, y)
     assert rbf.n_iter_ == 1
     # a path in lam: warm starts converge to the cold solution
-    cold = ODM(lam=30.0, tol=1e-9).fit(X, y)
+    cold = ODM(lam=30.0, solver="dcd", tol=1e-9).fit(X, y)
     est.set_params(lam=30.0, tol=1e-9).fit(X, y)
     np.testing.assert_allclose(est.coef_, cold.coef_, atol=1e-6)
 

@@ -19,9 +19,11 @@ from ..solvers.ldm import ASGDState, LDMKernelBase, LDMLinearFactor, ldm_asgd, l
 from .odm import _ProblemwiseFit
 
 #: solver="auto" on a linear problem: the dual DCD needs the dense transformed data
-#: Z (m x (d + 1) float64) and a (d + 1) x (d + 1) factorisation; above these sizes ASGD is used.
+#: Z (m x (d + 1) float64) and a (d + 1) x (d + 1) factorisation, and its number of epochs
+#: grows with m (an L1-loss dual); above these sizes averaged SGD is used.
 _DCD_MAX_FEATURES = 2000
 _DCD_MAX_BYTES = 2**30
+_DCD_MAX_SAMPLES = 50000
 
 #: Epochs of averaged SGD when max_iter is None (the paper's T = 5).
 _ASGD_EPOCHS = 5
@@ -80,8 +82,10 @@ class LDM(_ProblemwiseFit, BaseMarginClassifier):
           lambda3 = 1 / (C m), eta0 by a short trial on <= 1000 samples (Bottou's recipe),
           averaging from step 2 m on; O(nnz) per epoch, sparse friendly, ``max_iter`` epochs.
           Gives :meth:`partial_fit`.
-        * ``"auto"``: kernel -> ``"dcd"``; linear -> ``"dcd"`` if n_features <= 2000 and the
-          dense Z takes at most 1 GiB, else ``"asgd"``.
+        * ``"auto"``: kernel -> ``"dcd"``; linear -> ``"dcd"`` (exact) if n_samples <= 50000,
+          n_features <= 2000 and the dense Z takes at most 1 GiB, else ``"asgd"`` (the
+          paper's large-scale solver; in the benchmarks it matched the DCD solution's test
+          accuracy at 100k samples in a fraction of the time).
     tol : float, default=1e-3
         DCD stops when the spread of the projected dual gradient is below tol (margin units).
     max_iter : int or None, default=None
@@ -186,10 +190,16 @@ class LDM(_ProblemwiseFit, BaseMarginClassifier):
                     "sklearn.kernel_approximation.Nystroem) with kernel='linear'."
                 )
             return "dcd"
+        m, d = X.shape
         if solver == "auto":
-            m, d = X.shape
-            fits = d + 1 <= _DCD_MAX_FEATURES and 8 * m * (d + 1) <= _DCD_MAX_BYTES
+            fits = d + 1 <= _DCD_MAX_FEATURES and 8 * m * (d + 1) <= _DCD_MAX_BYTES and m <= _DCD_MAX_SAMPLES
             return "dcd" if fits else "asgd"
+        need = 8 * (m * (d + 1) + 3 * (d + 1) ** 2)
+        if solver == "dcd" and need > 16 * 2**30:
+            raise ValueError(
+                f"The linear LDM dual needs a dense {m} x {d + 1} transformed data matrix and a "
+                f"{d + 1} x {d + 1} factorisation ({need / 2**30:.0f} GiB); use solver='asgd' (or 'auto')."
+            )
         return solver
 
     def _bias(self):

@@ -106,21 +106,20 @@ def seed_from(random_state) -> np.ndarray:
 def csr_parts(X):
     """(dense 2-D array or empty, data, indices, indptr, is_sparse) for the numba kernels.
 
-    Dense X is made C-contiguous (no copy if it already is); CSR X keeps its dtype; nothing is
-    densified. Empty placeholders have the dtype of X so that numba compiles one variant per
-    data type.
+    Dense X is made C-contiguous (no copy if it already is); CSR X keeps its value and index
+    dtypes (no copy; indices need not be sorted); nothing is densified. Empty placeholders have
+    the dtype of X so that numba compiles one variant per data type.
     """
     if sp.issparse(X):
         Xc = X.tocsr()
-        if not Xc.has_sorted_indices:
-            Xc = Xc.sorted_indices()
         dt = Xc.dtype if Xc.dtype in (np.float32, np.float64) else np.float64
-        return (np.zeros((0, 0), dtype=dt), np.asarray(Xc.data, dtype=dt),
-                Xc.indices.astype(np.int64, copy=False), Xc.indptr.astype(np.int64, copy=False), True)
+        it = Xc.indices.dtype if Xc.indices.dtype in (np.int32, np.int64) else np.int64
+        return (np.zeros((0, 0), dtype=dt), np.asarray(Xc.data, dtype=dt), np.asarray(Xc.indices, dtype=it),
+                np.asarray(Xc.indptr, dtype=it), True)
     Xd = np.ascontiguousarray(X)
     if Xd.dtype not in (np.float32, np.float64):
         Xd = Xd.astype(np.float64)
-    return (Xd, np.zeros(0, dtype=Xd.dtype), np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64), False)
+    return (Xd, np.zeros(0, dtype=Xd.dtype), np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int32), False)
 
 
 def row_sq_norms(X) -> np.ndarray:

@@ -40,6 +40,7 @@ import warnings
 
 import numpy as np
 import scipy.linalg as sla
+from scipy.linalg import lapack
 import scipy.sparse as sp
 from numba import njit
 
@@ -118,22 +119,39 @@ class LDMKernelBase:
         Gt = np.array(G, dtype=np.float64, copy=not overwrite, order="C")
         Gt *= sq[:, None]
         Gt *= sq[None, :]  # D^1/2 G D^1/2
-        T = Gt * (c * S)
+        cS = c * S
+        T = Gt * cS
         T[np.diag_indices(m)] += 1.0
-        try:
-            self._cho = sla.cho_factor(T, lower=True, overwrite_a=True, check_finite=False)
-            self._lu = None
-        except np.linalg.LinAlgError:
+        self._cho = self._lu = self._Tinv = None
+        # With c S G~ not tiny, W = T^{-1} G~ = (I - T^{-1}) / (c S) from the explicit inverse
+        # (Cholesky + potri, about m^3 flops) loses at most eps / (c S max diag G~) relative
+        # accuracy; otherwise solve with m right-hand sides (about 2.3 m^3 flops).
+        use_inverse = cS * float(np.max(np.abs(np.diag(Gt)), initial=0.0)) >= 1e-6
+        cfac, info = lapack.dpotrf(T, lower=1, overwrite_a=1, clean=0)
+        if info == 0 and use_inverse:
+            Tinv, info = lapack.dpotri(cfac, lower=1, overwrite_c=1)
+            if info != 0:  # pragma: no cover - singular after a successful Cholesky
+                raise np.linalg.LinAlgError("LDM: inverting the kernel system failed.")
+            _lower_to_full(Tinv)
+            self._Tinv = Tinv
+            W = Gt
+            np.multiply(Tinv, -1.0 / cS, out=W)
+            W[np.diag_indices(m)] += 1.0 / cS
+        elif info == 0:
+            self._cho = (cfac, True)
+            W = self.T_solve(Gt, overwrite=True)
+        else:
             warnings.warn(
                 "The kernel matrix is not positive semi-definite, so the LDM dual is not convex; "
                 "set it up with an LU factorisation instead of Cholesky. Check the kernel.",
                 UserWarning,
                 stacklevel=3,
             )
-            T = Gt * (c * S)
+            T = Gt * cS
             T[np.diag_indices(m)] += 1.0
-            self._cho, self._lu = None, sla.lu_factor(T, overwrite_a=True, check_finite=False)
-        W = self.T_solve(Gt, overwrite=True)  # T^{-1} G~ (= G~ T^{-1}, symmetric)
+            self._lu = sla.lu_factor(T, overwrite_a=True, check_finite=False)
+            W = self.T_solve(Gt, overwrite=True)
+        # W = T^{-1} G~ (= G~ T^{-1}, symmetric)
         _symmetrize(W)
         W /= sq[:, None]
         W /= sq[None, :]
@@ -142,6 +160,8 @@ class LDMKernelBase:
 
     def T_solve(self, b, overwrite=False):
         """T^{-1} b."""
+        if self._Tinv is not None:
+            return self._Tinv @ b
         if self._cho is not None:
             return sla.cho_solve(self._cho, b, overwrite_b=overwrite, check_finite=False)
         return sla.lu_solve(self._lu, b, overwrite_b=overwrite, check_finite=False)
@@ -323,31 +343,53 @@ def ldm_dcd_linear(X, y, sample_weight, lambda1, lambda2, C, *, bias=1.0, tol=1e
 
 
 @njit(cache=True)
-def _asgd_pass(Xd, data, indices, indptr, sparse, bias, y, sfac, cumw, order, lam3, l1, l2, eta0,
+def _lower_to_full(A):
+    """Copy the lower triangle of A onto its upper triangle, in place."""
+    n = A.shape[0]
+    for i in range(n):
+        for j in range(i + 1, n):
+            A[i, j] = A[j, i]
+
+
+@njit(cache=True)
+def _asgd_pass(Xd, data, indices, indptr, sparse, bias, y, sfac, cumw, order, jshift, lam3, l1, l2, eta0,
                eta_const, t0, w, abar, scal, rng, average):
     """One pass of (averaged) SGD over ``order``. Returns 0, or 1 if the weights blew up.
 
     State (Bottou's ASGD representation): w_true = w / wdiv; average = (abar + wfrac w) / adiv.
     scal = [wdiv, adiv, wfrac, t, abar_nonzero].
+
+    The second sample j of the two-sample gradient: with weights (cumw non-empty) drawn with
+    probability s_j / S; with equal weights and ``jshift`` > 0 the sample ``jshift`` positions
+    further along ``order`` (a permutation of all rows: j is uniform over the rows other than
+    i, and ((m - 1) z_j + z_i) / m is an unbiased estimate of the mean margin; the rows are
+    then read in storage order, which is much faster than random access); else uniform.
     """
     m = y.shape[0]
+    n_order = order.shape[0]
     d = w.shape[0] - 1
     wdiv, adiv, wfrac, t, abar_nz = scal[0], scal[1], scal[2], scal[3], scal[4]
     total = cumw[cumw.shape[0] - 1] if cumw.shape[0] > 0 else 0.0
-    for s in range(order.shape[0]):
+    for s in range(n_order):
         i = order[s]
-        if cumw.shape[0] == 0:
-            j = np.int64(_xorshift(rng) % np.uint64(m))
-        else:
+        wxi = _row_dot(Xd, data, indices, indptr, sparse, i, w, bias) / wdiv
+        yi = y[i]
+        zi = yi * wxi
+        if cumw.shape[0] > 0:
             r = (np.float64(_xorshift(rng) >> np.uint64(11)) * (1.0 / 9007199254740992.0)) * total
             j = np.searchsorted(cumw, r, side="right")
             if j >= m:
                 j = m - 1
-        wxi = _row_dot(Xd, data, indices, indptr, sparse, i, w, bias) / wdiv
-        wxj = _row_dot(Xd, data, indices, indptr, sparse, j, w, bias) / wdiv
-        yi = y[i]
-        coef = 4.0 * l1 * (wxi - yi * y[j] * wxj) - l2 * yi
-        if yi * wxi <= 1.0:
+            zbar = y[j] * _row_dot(Xd, data, indices, indptr, sparse, j, w, bias) / wdiv
+        elif jshift > 0 and m > 1:
+            j = order[(s + jshift) % n_order]
+            zj = y[j] * _row_dot(Xd, data, indices, indptr, sparse, j, w, bias) / wdiv
+            zbar = ((m - 1) * zj + zi) / m
+        else:
+            j = np.int64(_xorshift(rng) % np.uint64(m))
+            zbar = y[j] * _row_dot(Xd, data, indices, indptr, sparse, j, w, bias) / wdiv
+        coef = 4.0 * l1 * (wxi - yi * zbar) - l2 * yi
+        if zi <= 1.0:
             coef -= yi
         coef *= sfac[i]
         if eta_const > 0.0:
@@ -433,10 +475,10 @@ def ldm_sgd_objective(w, X, y, s, lambda1, lambda2, C, S_total, bias):
     return 0.5 * lam3 * float(w @ w) + lam3 * (lambda1 * vhat - lambda2 * zbar) + hinge
 
 
-def _run_pass(parts, bias, y, sfac, cumw, order, consts, eta0, eta_const, t0, state, rng, average):
+def _run_pass(parts, bias, y, sfac, cumw, order, jshift, consts, eta0, eta_const, t0, state, rng, average):
     lam3, l1, l2 = consts
-    code = _asgd_pass(*parts, bias, y, sfac, cumw, order, lam3, l1, l2, eta0, eta_const, float(t0),
-                      state.w, state.abar, state.scal, rng, average)
+    code = _asgd_pass(*parts, bias, y, sfac, cumw, order, int(jshift), lam3, l1, l2, eta0, eta_const,
+                      float(t0), state.w, state.abar, state.scal, rng, average)
     return code == 0 and np.all(np.isfinite(state.w))
 
 
@@ -453,12 +495,13 @@ def _trial_eta0(X, y, s, lambda1, lambda2, C, S_total, bias, state, rng_np, rng,
     cumw = np.zeros(0) if np.all(ss == ss[0]) else np.cumsum(ss)
     consts = (1.0 / (C * S_total), lambda1 / (C * S_total), lambda2 / (C * S_total))
     order = np.arange(ys.shape[0])
+    jshift = rng_np.randint(1, ys.shape[0]) if ys.shape[0] > 1 else 0
     w_start = state.weights()
 
     def cost(eta):
         trial = ASGDState(w_start.shape[0])
         trial.w[:] = w_start
-        ok = _run_pass(parts, bias, ys, sfac, cumw, order, consts, 1.0, eta, 0.0, trial, rng, False)
+        ok = _run_pass(parts, bias, ys, sfac, cumw, order, jshift, consts, 1.0, eta, 0.0, trial, rng, False)
         if not ok:
             return np.inf
         return ldm_sgd_objective(trial.weights(), Xs, ys, ss, lambda1, lambda2, C, S_total, bias)
@@ -483,8 +526,10 @@ def ldm_asgd(X, y, sample_weight, lambda1, lambda2, C, *, bias=1.0, n_epochs=5, 
              random_state=None, n_trial=1000, log=None):
     """Averaged SGD for linear LDM (paper Algorithm 2) on g = F / (C S).
 
-    Unbiased two-sample gradient (i from a random permutation, j drawn independently with
-    probability s_j / S):
+    Unbiased two-sample gradient (i runs through a random permutation, stored once so that the
+    rows are read in storage order; j independent of i with probability s_j / S, or, for equal
+    weights, uniform over the other rows with the mean margin estimated by
+    ((m - 1) z_j + z_i) / m):
 
         ghat = lambda3 w + (m s_i / S) [4 l1 ((w.x_i) - y_i y_j (w.x_j)) x_i - l2 y_i x_i
                - y_i x_i 1(y_i w.x_i <= 1)],
@@ -514,13 +559,17 @@ def ldm_asgd(X, y, sample_weight, lambda1, lambda2, C, *, bias=1.0, n_epochs=5, 
         state.t0 = 2.0 * m
         if log is not None:
             log.info("LDM ASGD: eta0 = %g from the trial, averaging from step %d", state.eta0, int(state.t0))
-    parts = csr_parts(X)
-    sfac = m * s / s.sum()
-    cumw = np.zeros(0) if np.all(s == s[0]) else np.cumsum(s)
+    # one random permutation, stored (a copy of X): the passes then read rows in storage order
+    perm = rng_np.permutation(m)
+    Xp, yp, sp_ = X[perm], y[perm], s[perm]
+    parts = csr_parts(Xp)
+    sfac = m * sp_ / sp_.sum()
+    cumw = np.zeros(0) if np.all(sp_ == sp_[0]) else np.cumsum(sp_)
     consts = (1.0 / (C * S_total), lambda1 / (C * S_total), lambda2 / (C * S_total))
+    order = np.arange(m)
     for ep in range(n_epochs):
-        order = rng_np.permutation(m).astype(np.int64)
-        ok = _run_pass(parts, float(bias), y, sfac, cumw, order, consts, state.eta0, 0.0, state.t0,
+        jshift = rng_np.randint(1, m) if m > 1 else 0
+        ok = _run_pass(parts, float(bias), yp, sfac, cumw, order, jshift, consts, state.eta0, 0.0, state.t0,
                        state, rng, True)
         if not ok:
             raise FloatingPointError(
