@@ -418,3 +418,22 @@ def test_digits_sanity_against_pegasos():
         errs.append([1 - mp.score(X[te], y[te]), 1 - peg.score(X1[te], y[te])])
     mp_err, peg_err = np.mean(errs, axis=0)
     assert mp_err < 0.06 and peg_err < 0.08
+
+
+def test_gd_passes_the_checks_that_the_stochastic_default_cannot():
+    # the _expected_failed_checks of the default SGD solver, run with the deterministic GD solver
+    from sklearn.utils.estimator_checks import (
+        check_class_weight_classifiers,
+        check_sample_weight_equivalence_on_dense_data,
+        check_sample_weight_equivalence_on_sparse_data,
+    )
+
+    est = MarginPursuit(solver="gd")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for check in (check_sample_weight_equivalence_on_dense_data,
+                      check_sample_weight_equivalence_on_sparse_data, check_class_weight_classifiers):
+            check("MarginPursuit", est)
+    assert set(MarginPursuit._expected_failed_checks) == {
+        "check_sample_weight_equivalence_on_dense_data", "check_sample_weight_equivalence_on_sparse_data",
+        "check_class_weight_classifiers"}

@@ -116,7 +116,8 @@ class FMM(BaseMarginClassifier):
             w, b = res.w, res.b
         margin = float(res.margins[-1]) if res.n_iter else 0.0
         dual = float(res.dual.min()) if res.n_iter else 0.0
-        log.info("FMM: %d iterations, normalised margin %.6g, dual bound %.6g", res.n_iter, margin, dual)
+        if self.verbose:
+            log.info("FMM: %d iterations, normalised margin %.6g, dual bound %.6g", res.n_iter, margin, dual)
         return BinaryModel(coef=w, intercept=b, n_iter=res.n_iter,
                            extra={"margin": margin, "history": res.margins, "dual": dual})
 

@@ -25,7 +25,7 @@ from ..solvers.margin_pursuit import (
 )
 
 #: Default number of passes (SGD) and iterations (GD) when ``max_iter`` is None.
-_DEFAULT_PASSES = {"sgd": 20, "gd": 1000}
+_DEFAULT_PASSES = {"sgd": 100, "gd": 1000}
 
 
 def _sgd_only(est):
@@ -105,7 +105,9 @@ class MarginPursuit(BaseMarginClassifier):
         Projected mini-batch SGD (Pegasos schedule) or full-batch steepest descent (step 1/L).
     max_iter : int, default=None
         Passes over the data (SGD; one pass = n stochastic gradients) or iterations (GD; one
-        iteration = one pass). None: 20 passes for SGD, 1000 iterations for GD.
+        iteration = one pass). None: 100 passes for SGD (it usually stops after 5-15 by
+        ``tol``), 1000 iterations for GD. The paper's experiments use a fixed budget of 20
+        passes: ``max_iter=20, tol=None``.
     batch_size : int, default=1
         Mini-batch size k of the SGD solver.
     rescale : bool, default=True
@@ -121,9 +123,10 @@ class MarginPursuit(BaseMarginClassifier):
         rescaling, when there is one) instead of the last iterate.
     fit_intercept : bool, default=True
         Fit b as the regularised weight of a constant feature 1 (see above).
-    tol : float or None, default=1e-4
-        GD: stop when ||grad J|| <= tol * ||grad J(0)||. SGD: scikit-learn's rule -- stop when
-        the mean objective of a pass has not improved on the best by tol for 5 passes in a row.
+    tol : float or None, default=1e-3
+        GD: stop when ||grad J|| <= tol * ||grad J(0)||. SGD: scikit-learn's rule (and default
+        value) -- stop when the mean objective estimate of a pass has not improved on the best
+        by tol for 5 passes in a row.
         None: run exactly ``max_iter`` passes. A ``ConvergenceWarning`` is raised when tol is
         set and not reached within ``max_iter``.
     warm_start : bool, default=False
@@ -207,7 +210,7 @@ class MarginPursuit(BaseMarginClassifier):
 
     def __init__(self, margin=1.0, scale="auto", scale_factor=1.0, delta=0.01, lam=1e-3, solver="sgd",
                  max_iter=None, batch_size=1, rescale=True, rescale_quantile=0.75, rescale_after=1,
-                 influence="catoni_giulini", average=False, fit_intercept=True, tol=1e-4,
+                 influence="catoni_giulini", average=False, fit_intercept=True, tol=1e-3,
                  warm_start=False, class_weight=None, multi_class="ovr", n_jobs=None,
                  random_state=None, verbose=0):
         self.margin = margin
@@ -278,7 +281,7 @@ class MarginPursuit(BaseMarginClassifier):
         return self._fit_one(X, y, sample_weight, seed, None)
 
     def _fit_one(self, X, y, sw, seed, warm):
-        log = get_logger(self.verbose)
+        log = get_logger(self.verbose) if self.verbose else None
         max_iter = self.max_iter if self.max_iter is not None else _DEFAULT_PASSES[self.solver]
         W = float(sw.sum())
         if self.solver == "gd":
@@ -371,7 +374,7 @@ class MarginPursuit(BaseMarginClassifier):
             states = [None] * P
             self._pf_seeds_ = check_random_state(self.random_state).randint(
                 np.iinfo(np.int32).max, size=P)
-        log = get_logger(self.verbose)
+        log = get_logger(self.verbose) if self.verbose else None
         models = []
         for p, (rows, y_pm, _) in enumerate(problems):
             Xp, swp = (X, sw) if rows is None else (X[rows], sw[rows])
