@@ -15,7 +15,7 @@ from sklearn.svm import SVC
 from margindist.datasets import load_dataset
 from margindist.kernels import KernelSpec, kernel_matrix, resolve_kernel
 from margindist.models.kmomd import KMOMD
-from margindist.solvers.kmomd import kmomd_kernel, kmomd_linear, kmomd_objective
+from margindist.solvers.kmomd import _neg_dual, _waterfill, kmomd_kernel, kmomd_linear, kmomd_objective
 
 TIGHT = 1e-12
 
@@ -230,6 +230,8 @@ def test_linear_primal_equals_kernel_path():
     X, y = _data(m=70, d=5, seed=12)
     kw = dict(lam=0.1, kernel="linear", tol=1e-12)
     primal = KMOMD(solver="primal", **kw).fit(X, y)
+    lbfgs = KMOMD(solver="lbfgs", **kw).fit(X, y)
+    np.testing.assert_allclose(lbfgs.coef_, primal.coef_, rtol=1e-8, atol=1e-12)
     dual = KMOMD(solver="dual", **kw).fit(X, y)
     call = KMOMD(lam=0.1, kernel=linear_kernel, tol=1e-12).fit(X, y)
     np.testing.assert_allclose(primal.coef_, dual.coef_, rtol=1e-9, atol=1e-12)
@@ -288,6 +290,52 @@ def test_interleaved_and_class_ordered_rows_agree():
     b = kmomd_kernel(spec, X[order], y[order], None, 0.2, tol=TIGHT)
     np.testing.assert_allclose(a.gamma[order], b.gamma, atol=1e-14)
     np.testing.assert_allclose(a.scores[order], b.scores, atol=1e-14)
+
+
+def test_linear_lbfgs_path():
+    X, y = make_classification(n_samples=150, n_features=8, random_state=3)
+    y = np.where(y == 1, 1.0, -1.0)
+    w = np.random.default_rng(0).uniform(0.5, 2.0, size=y.size)
+    for lam in (0.05, 0.3):
+        ref = kmomd_linear(X, y, w, lam, tol=TIGHT)  # SMO only
+        fast = kmomd_linear(X, y, w, lam, tol=1e-10, init="lbfgs")
+        assert fast.lbfgs_iter > 0 and fast.n_iter < ref.n_iter / 10
+        np.testing.assert_allclose(fast.objective, ref.objective, rtol=1e-9)
+        np.testing.assert_allclose(fast.coef, ref.coef, rtol=1e-5, atol=1e-8)
+        sparse = kmomd_linear(sp.csr_matrix(X), y, w, lam, tol=1e-10, init="lbfgs")
+        np.testing.assert_allclose(sparse.coef, fast.coef, rtol=1e-7, atol=1e-10)
+    est = KMOMD(lam=0.3, kernel="linear").fit(X, y, sample_weight=w)  # "auto" -> lbfgs
+    np.testing.assert_allclose(est.coef_[0], kmomd_linear(X, y, w, 0.3, tol=TIGHT).coef, rtol=1e-3)
+    with pytest.raises(ValueError, match="needs lam > 0"):
+        KMOMD(lam=0.0, kernel="linear", solver="lbfgs").fit(X, y)
+
+
+def test_waterfill_is_the_simplex_minimiser():
+    rng = np.random.default_rng(4)
+    t, w, lam = rng.normal(size=12), rng.uniform(0.5, 2, size=12), 0.3
+    g = _waterfill(t, w, lam)
+    assert np.all(g >= 0) and g.sum() == pytest.approx(1.0)
+    res = minimize(lambda x: t @ x + lam * np.sum(x * x / w), np.full(12, 1 / 12), bounds=[(0, None)] * 12,
+                   constraints=[{"type": "eq", "fun": lambda x: x.sum() - 1}], method="SLSQP",
+                   options={"ftol": 1e-15})
+    np.testing.assert_allclose(g, res.x, atol=1e-7)
+
+
+def test_linear_dual_gradient_and_strong_duality():
+    X, y = _data(m=40, d=4, seed=26)
+    order = np.argsort(-y, kind="stable")
+    X, y = X[order], y[order]
+    w, lam, m_pos = np.ones(y.size), 0.2, int((y > 0).sum())
+    z = np.random.default_rng(7).normal(size=4)
+    val, grad, _ = _neg_dual(z, X, y, w, lam, m_pos)
+    h = 1e-6
+    fd = [(_neg_dual(z + h * e, X, y, w, lam, m_pos)[0] - _neg_dual(z - h * e, X, y, w, lam, m_pos)[0]) / (2 * h)
+          for e in np.eye(4)]
+    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-9)
+    res = kmomd_linear(X, y, w, lam, tol=TIGHT)
+    # weak duality everywhere, equality at z = v(gamma*)
+    assert -val <= res.objective + 1e-12
+    np.testing.assert_allclose(-_neg_dual(res.coef, X, y, w, lam, m_pos)[0], res.objective, rtol=1e-10)
 
 
 # ------------------------------------------------------------------ weights
@@ -369,6 +417,8 @@ def test_bad_parameters():
         KMOMD(lam=-0.1).fit(X, y)
     with pytest.raises(ValueError, match="solver='primal' needs kernel='linear'"):
         KMOMD(solver="primal", kernel="rbf").fit(X, y)
+    with pytest.raises(ValueError, match="solver='lbfgs' needs kernel='linear'"):
+        KMOMD(solver="lbfgs", kernel="rbf").fit(X, y)
     with pytest.raises(ValueError, match="tol"):
         KMOMD(tol=0).fit(X, y)
 

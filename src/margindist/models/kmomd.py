@@ -88,12 +88,17 @@ class KMOMD(BaseMarginClassifier):
         which is the fitted distribution (``abs(dual_coef_)``).
     degree : int, default=3
     coef0 : float, default=0.0
-    solver : {"auto", "dual", "primal"}, default="auto"
+    solver : {"auto", "dual", "primal", "lbfgs"}, default="auto"
         "dual": the SMO with kernel rows from the row cache (any kernel). "primal": linear
         kernel only; the same SMO keeps w = v(gamma) as an explicit vector and updates the
         gradients through X (dense or CSR, never densified): O(nnz(X)) per update and no
-        cache. "auto": "primal" for the linear kernel when the m x m Gram matrix does not fit
-        in ``cache_size``, else "dual".
+        cache. "lbfgs": linear kernel and lam > 0; maximises the concave dual of the problem
+        in the weight vector (d variables; its inner minimisation over each simplex is a
+        water-filling) by L-BFGS, O(nnz(X) + m log m) per iteration, then runs the "primal"
+        SMO from that point until the stopping rule holds (usually after a few updates). Orders
+        of magnitude faster than the SMO alone when many examples carry weight (the SMO needs
+        several updates per such example). "auto": "lbfgs" for the linear kernel with lam > 0,
+        "primal" for the linear kernel with lam = 0, else "dual".
     tol : float, default=1e-3
         Relative stopping tolerance: stop when the largest within-class violation is at most
         tol * 2 L(gamma). This bounds the relative objective gap by 2 tol; in practice the gap
@@ -133,13 +138,15 @@ class KMOMD(BaseMarginClassifier):
     weight_norm_ : ndarray of shape (n_problems,)
         ||v(gamma)||, the distance between the two hull points.
     n_iter_ : int or ndarray
-        Pair updates (per sub-problem for more than two classes).
+        Pair updates, plus the L-BFGS iterations for ``solver="lbfgs"`` (per sub-problem for
+        more than two classes).
 
     Notes
     -----
     Complexity: O(m) per pair update plus O(m d) per kernel-row cache miss (dual), or
-    O(nnz(X)) per update (primal). Small ``lam`` needs many more updates than large ``lam``
-    (the problem's conditioning scales with 1 / lam); lam = 1 is a closed form.
+    O(nnz(X)) per update (primal); O(nnz(X) + m log m) per L-BFGS iteration. The SMO needs
+    several updates per example that carries weight, and more the smaller ``lam`` is (the
+    problem's conditioning scales with 1 / lam); lam = 1 is a closed form.
 
     Examples
     --------
@@ -155,7 +162,7 @@ class KMOMD(BaseMarginClassifier):
     _parameter_constraints = {
         "lam": [Interval(Real, 0, 1, closed="both")],
         **KERNEL_PARAMS,
-        "solver": [StrOptions({"auto", "dual", "primal"})],
+        "solver": [StrOptions({"auto", "dual", "primal", "lbfgs"})],
         "tol": [Interval(Real, 0, None, closed="neither")],
         "max_iter": [Interval(Integral, 1, None, closed="left"), None],
         "cache_size": CACHE_SIZE,
@@ -196,13 +203,16 @@ class KMOMD(BaseMarginClassifier):
         self.n_jobs = n_jobs
         self.verbose = verbose
 
-    def _resolve_solver(self, m, kernel):
-        if self.solver == "primal" and not kernel.is_linear:
-            raise ValueError(f"solver='primal' needs kernel='linear'; got kernel={self.kernel!r}.")
+    def _resolve_solver(self, kernel):
+        if self.solver in ("primal", "lbfgs") and not kernel.is_linear:
+            raise ValueError(f"solver={self.solver!r} needs kernel='linear'; got kernel={self.kernel!r}.")
+        if self.solver == "lbfgs" and self.lam == 0:
+            raise ValueError("solver='lbfgs' needs lam > 0 (at lam = 0 its dual is not differentiable); "
+                             "use solver='primal'.")
         if self.solver != "auto":
             return self.solver
-        if kernel.is_linear and 8.0 * m * m > self.cache_size * 2**20:
-            return "primal"
+        if kernel.is_linear:
+            return "lbfgs" if self.lam > 0 else "primal"
         return "dual"
 
     def _fit_binary(self, X, y, sample_weight, kernel):
@@ -211,12 +221,12 @@ class KMOMD(BaseMarginClassifier):
         lam = float(self.lam)
         max_iter = self.max_iter if self.max_iter is not None else max(10_000_000, 100 * m)
         history_every = max(1, m)
-        solver = self._resolve_solver(m, kernel)
+        solver = self._resolve_solver(kernel)
         if lam == 1.0 and not kernel.is_linear:
             res = kmomd_centroid(kernel, X, y, sample_weight)
-        elif solver == "primal" or (lam == 1.0 and kernel.is_linear):
+        elif solver in ("primal", "lbfgs"):
             res = kmomd_linear(X, y, sample_weight, lam, tol=self.tol, max_iter=max_iter,
-                               history_every=history_every)
+                               init="lbfgs" if solver == "lbfgs" else "vertex", history_every=history_every)
         else:
             res = kmomd_kernel(kernel, X, y, sample_weight, lam, tol=self.tol, max_iter=max_iter,
                                max_bytes=int(self.cache_size * 2**20), history_every=history_every)
@@ -250,7 +260,7 @@ class KMOMD(BaseMarginClassifier):
                 c = y * res.gamma
                 coef = np.asarray(X.T @ c, dtype=np.float64).ravel() if sp.issparse(X) else np.asarray(
                     X, dtype=np.float64).T @ c
-            return BinaryModel(coef=coef, intercept=-res.theta, n_iter=res.n_iter, extra=extra)
+            return BinaryModel(coef=coef, intercept=-res.theta, n_iter=res.n_iter + res.lbfgs_iter, extra=extra)
         return BinaryModel(dual_coef=y * res.gamma, intercept=-res.theta, n_iter=res.n_iter, extra=extra)
 
     def _set_extra(self, extras):
