@@ -13,7 +13,8 @@ solvers minimise the same J and the projection radius below bounds (w, b) togeth
 * :func:`mp_gd` -- steepest descent with the constant step 1/L, L = ||D^{1/2} [X, 1]||_op^2 / S
   + lam (D = diag(s_i / W)): the gradient of J is L-Lipschitz because 0 <= psi' <= 1, so J
   decreases monotonically. O(nnz) per iteration plus one top singular value of the weighted,
-  intercept-augmented X (ARPACK on a linear operator; sparse X is never densified).
+  intercept-augmented X, once (the (d+1) x (d+1) Gram matrix up to 500 columns, else ARPACK on
+  a linear operator; sparse X is never densified).
 * :func:`sgd_passes` -- projected mini-batch SGD with the Pegasos schedule eta_t = 1/(lam t):
   w' = (1 - eta_t lam) w + (eta_t / k) sum_{i in A_t} c_i psi((gamma - m_i)/S) y_i [x_i, 1],
   then projection onto the ball of radius r = sqrt(2 S rho(gamma/S) / lam) (every minimiser of J
