@@ -115,11 +115,9 @@ class KMOMDResult:
 
 
 @njit(cache=True)
-def _select_range(G, gamma, lo, hi, sel, c):
-    """min_j G_j over rows lo..hi-1 and max over those with gamma_j > 0.
-
-    Writes (r, q) to sel[2c], sel[2c+1] (q = -1 if no row carries mass); returns (G_min, G_max).
-    """
+def _select_range(G, gamma, lo, hi):
+    """(min_j G_j, max_{j: gamma_j > 0} G_j, argmin, argmax) over rows lo..hi-1 (argmax -1 if no
+    row carries mass)."""
     gmin = np.inf
     gmax = -np.inf
     r = -1
@@ -133,14 +131,15 @@ def _select_range(G, gamma, lo, hi, sel, c):
         if gq > gmax:
             gmax = gq
             q = j
-    sel[2 * c] = r
-    sel[2 * c + 1] = q
-    return gmin, gmax
+    return gmin, gmax, r, q
 
 
 @njit(cache=True)
-def _update_select_range(G, gamma, lo, hi, Ka, Kb, k, sel, c):
-    """G_j += k (Ka_j - Kb_j) on rows lo..hi-1, fused with :func:`_select_range` (one pass)."""
+def _update_select_range(G, gamma, lo, hi, Ka, Kb, k):
+    """G_j += k (Ka_j - Kb_j) on rows lo..hi-1, fused with :func:`_select_range` (one pass).
+
+    (Returning the selection rather than writing it into an array argument keeps the loop
+    about twice as fast.)"""
     gmin = np.inf
     gmax = -np.inf
     r = -1
@@ -155,9 +154,7 @@ def _update_select_range(G, gamma, lo, hi, Ka, Kb, k, sel, c):
         if gq > gmax:
             gmax = gq
             q = j
-    sel[2 * c] = r
-    sel[2 * c + 1] = q
-    return gmin, gmax
+    return gmin, gmax, r, q
 
 
 @njit(cache=True)
@@ -243,26 +240,25 @@ def _smo(mode, cache, diag, Xd, data, indices, indptr, v, y, inv_w, lam, gamma, 
     m = G.shape[0]
     a = 2.0 * (1.0 - lam)
     b = 2.0 * lam
-    sel = np.empty(4, dtype=np.int64)
     u = np.zeros(m if mode != 0 else 1, dtype=np.float64)
     zero = np.zeros(u.shape[0], dtype=np.float64)
     delta = np.zeros(v.shape[0], dtype=np.float64)
-    gmin_p, gmax_p = _select_range(G, gamma, 0, m_pos, sel, 0)
-    gmin_n, gmax_n = _select_range(G, gamma, m_pos, m, sel, 1)
+    gmin_p, gmax_p, r_p, q_p = _select_range(G, gamma, 0, m_pos)
+    gmin_n, gmax_n, r_n, q_n = _select_range(G, gamma, m_pos, m)
     n_hist = 1
     it = 0
     viol = 0.0
     while True:
-        v_p = gmax_p - gmin_p if sel[1] >= 0 else 0.0
-        v_n = gmax_n - gmin_n if sel[3] >= 0 else 0.0
+        v_p = gmax_p - gmin_p if q_p >= 0 else 0.0
+        v_n = gmax_n - gmin_n if q_n >= 0 else 0.0
         if v_p >= v_n:
             viol = v_p
-            r = sel[0]
-            q = sel[1]
+            r = r_p
+            q = q_p
         else:
             viol = v_n
-            r = sel[2]
-            q = sel[3]
+            r = r_n
+            q = q_n
         if viol <= tol * 2.0 * obj:
             return it, viol, obj, n_hist, _CONVERGED
         if lam == 0.0 and obj <= _HULL_TOUCH * obj0:
@@ -289,8 +285,8 @@ def _smo(mode, cache, diag, Xd, data, indices, indptr, v, y, inv_w, lam, gamma, 
         else:
             _linear_delta(mode, Xd, data, indices, indptr, r, q, yc * eps, v, u, delta)
             k = a
-        gmin_p, gmax_p = _update_select_range(G, gamma, 0, m_pos, Kr, Kq, k, sel, 0)
-        gmin_n, gmax_n = _update_select_range(G, gamma, m_pos, m, Kr, Kq, -k, sel, 1)
+        gmin_p, gmax_p, r_p, q_p = _update_select_range(G, gamma, 0, m_pos, Kr, Kq, k)
+        gmin_n, gmax_n, r_n, q_n = _update_select_range(G, gamma, m_pos, m, Kr, Kq, -k)
         obj += d_obj
         it += 1
         if hist_every > 0 and it % hist_every == 0 and n_hist < hist.shape[0]:
