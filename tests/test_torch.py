@@ -17,7 +17,6 @@ from margindist.torch import (  # noqa: E402
     ISM3Loss,
     m3svm_adam_torch,
     pairwise_penalty,
-    pairwise_penalty_and_grad,
     resolve_device,
 )
 

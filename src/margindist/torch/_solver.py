@@ -37,10 +37,10 @@ def _csr_tensor(A, dtype, device):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
         return torch.sparse_csr_tensor(
-            torch.from_numpy(A.indptr.astype(np.int64)),
-            torch.from_numpy(A.indices.astype(np.int64)),
-            torch.from_numpy(np.asarray(A.data)).to(dtype),
-            size=A.shape, device=device, check_invariants=False,
+            torch.from_numpy(A.indptr.astype(np.int64)).to(device),
+            torch.from_numpy(A.indices.astype(np.int64)).to(device),
+            torch.from_numpy(np.asarray(A.data)).to(device=device, dtype=dtype),
+            size=A.shape, check_invariants=False,
         )
 
 
