@@ -223,10 +223,10 @@ class M3SVM(BaseMarginClassifier):
                     raise ValueError("device='cuda' needs PyTorch (pip install margindist[torch]); "
                                      "use device='auto' or 'cpu' for the NumPy Adam.")
                 W, b, n_iter, obj, converged = m3svm_adam(X, y_index, sample_weight, K, **kw)
-            remedy = ("Increase max_iter, use lr_schedule='adaptive', or use solver='lbfgs'."
-                      if self.lr_schedule == "adaptive" or self.batch_size is not None
-                      else "Adam with a constant step does not settle at the optimum; use "
-                           "lr_schedule='adaptive' or solver='lbfgs', or increase max_iter.")
+            remedy = ("Adam with a constant step does not settle at the optimum; use "
+                      "lr_schedule='adaptive' or solver='lbfgs', or increase max_iter."
+                      if self.lr_schedule == "constant"
+                      else "Increase max_iter (or learning_rate), or use solver='lbfgs'.")
         if not converged:
             warnings.warn(
                 f"M3SVM ({self.solver}) did not converge to tol={self.tol} in max_iter="
