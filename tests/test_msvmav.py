@@ -264,6 +264,7 @@ def test_compiled_loop_matches_numpy_loop(wdbc):
     assert np.allclose(a[0], b[0], atol=1e-10) and np.isclose(a[1], b[1], atol=1e-10)
     for f in ("theta", "semivariance", "bound"):
         assert np.allclose(a[2]["history"][f], b[2]["history"][f], rtol=1e-9)
+    assert np.allclose(a[2]["history"]["step"][1:], b[2]["history"]["step"][1:], rtol=1e-6, atol=1e-12)
     for f in ("n_active", "n_changes"):
         assert np.array_equal(a[2]["history"][f], b[2]["history"][f])
 
@@ -402,7 +403,8 @@ def test_history_matches_margins_of_returned_model():
         last = MSVMAv(alpha=16, beta=1 / 16, max_iter=60, tol=0.0).fit(X, y)
         best = MSVMAv(alpha=16, beta=1 / 16, max_iter=60, tol=0.0, return_best=True).fit(X, y)
     h = last.history_
-    assert set(h) == {"theta", "semivariance", "bound", "n_active", "n_changes", "update"}
+    assert set(h) == {"theta", "semivariance", "bound", "n_active", "n_changes", "step", "update"}
+    assert np.isnan(h["step"][0]) and np.all(h["step"][1:] >= 0)
     assert all(len(v) == last.n_iter_ + 1 for v in h.values())
     yy = _pm(y)
 
@@ -480,6 +482,9 @@ def test_float32_input():
     assert a.coef_.dtype == np.float32
     assert np.allclose(a.coef_, b.coef_, atol=1e-6)
     assert np.array_equal(a.predict(X32), b.predict(X32))
+    c = MSVMAv(alpha=4.0, beta=0.25).fit(sp.csr_matrix(X32), y)
+    assert c.coef_.dtype == np.float32
+    assert np.allclose(c.coef_, b.coef_, atol=1e-6)
     rbf = MSVMAv(kernel="rbf").fit(X32, y)
     assert rbf.score(X32, y) > 0.8
 

@@ -16,7 +16,6 @@ from .._params import (
     MULTICLASS_PARAMS,
     NON_NEGATIVE,
     POSITIVE,
-    CACHE_SIZE,
     POSITIVE_INT,
     RANDOM_STATE,
     VERBOSE,
@@ -62,7 +61,8 @@ class MSVMAv(BaseMarginClassifier):
     * Section 4 writes the objective as SV / theta; Section 3 and the bound use SV / theta^2,
       which is what ``history_`` reports and what ``return_best`` minimises.
     * Kernel version (Section 4.2), f(x) = sum_j a_j k(x_j, x): a_0 = y / sqrt(y^T K y) and
-      a'_k = (I + K + sum_{A_k} K_i K_i^T / (n beta))^{-1} ((I + K) a_{k-1} + theta/(n beta) sum_{A_k} y_i K_i),
+      a'_k = (I + K + sum_{A_k} K_i K_i^T / (n beta))^{-1}
+             ((I + K) a_{k-1} + theta/(n beta) sum_{A_k} y_i K_i),
       a_k = a'_k + y / (2 alpha n), normalised to a^T K a = 1, sign flipped like w. Two typos
       fixed: the printed a'_k uses the average margin of a'_k inside its own definition (read:
       theta of a_{k-1}, the only reading with a closed form), and writes the scalar
@@ -173,8 +173,9 @@ class MSVMAv(BaseMarginClassifier):
     history_ : dict of ndarrays (list of dicts for more than two classes)
         One row per iterate w_0 ... w_T: ``theta`` (average margin), ``semivariance`` (SV),
         ``bound`` (SV / theta^2), ``n_active`` (|A| the iterate induces), ``n_changes``
-        (indices that entered or left A against the previous iterate), ``update`` (scheme
-        used for the step that produced the iterate). Margins here are of the unit-norm w,
+        (indices that entered or left A against the previous iterate), ``step``
+        (||w_k - w_{k-1}||, NaN for w_0), ``update`` (scheme used for the step that produced
+        the iterate). Margins here are of the unit-norm w,
         bias included.
     best_iter_ : int or ndarray
         Iterate with the smallest SV / theta^2.
@@ -195,7 +196,7 @@ class MSVMAv(BaseMarginClassifier):
     >>> from margindist.models.msvmav import MSVMAv
     >>> X, y = load_dataset("australian")
     >>> X = MinMaxScaler().fit_transform(X)
-    >>> clf = MSVMAv(alpha=16, beta=1 / 16).fit(X, y)
+    >>> clf = MSVMAv(alpha=4, beta=1 / 4).fit(X, y)
     >>> clf.score(X, y) > 0.8
     True
     """
@@ -237,7 +238,8 @@ class MSVMAv(BaseMarginClassifier):
     def __init__(self, alpha=1.0, beta=1.0, kernel="linear", gamma="scale", degree=3, coef0=0.0,
                  max_iter=100, tol=1e-6, fit_intercept=True, update="auto", refresh_every=None,
                  return_best=False, dual="auto", kernel_prox="paper", kernel_approximation=None,
-                 cache_size=500, class_weight=None, multi_class="ovr", n_jobs=None, random_state=None, verbose=0):
+                 cache_size=500, class_weight=None, multi_class="ovr", n_jobs=None, random_state=None,
+                 verbose=0):
         self.alpha = alpha
         self.beta = beta
         self.kernel = kernel
@@ -323,10 +325,14 @@ class MSVMAv(BaseMarginClassifier):
             "converged" if res["converged"] else "max_iter", h["theta"][-1], h["bound"][-1],
             h["bound"][res["best_iter"]], res["best_iter"], h["n_active"][-1], h["n_changes"][-1])
         if res["changing"]:
+            best = ""
+            if not self.return_best and h["bound"][res["best_iter"]] < h["bound"][-1]:
+                best = (f" The returned last iterate has SV/theta^2 = {h['bound'][-1]:.4g}; iterate "
+                        f"{res['best_iter']} had {h['bound'][res['best_iter']]:.4g}.")
             warnings.warn(
                 f"MSVMAv: the active set (margins below the average) still changed in the last "
-                f"iterations of {res['n_iter']}; the iterate has not settled. Increase max_iter, "
-                "or use return_best=True to keep the iterate with the best SV/theta^2.",
+                f"iterations of {res['n_iter']}; the iterate has not settled.{best} Increase "
+                "max_iter, or use return_best=True to keep the iterate with the best SV/theta^2.",
                 ConvergenceWarning,
                 stacklevel=4,
             )

@@ -73,7 +73,7 @@ __all__ = [
 ]
 
 #: Columns of the per-iterate history (row k describes iterate w_k; row 0 the start w_0).
-HISTORY_FIELDS = ("theta", "semivariance", "bound", "n_active", "n_changes", "update")
+HISTORY_FIELDS = ("theta", "semivariance", "bound", "n_active", "n_changes", "step", "update")
 
 #: "auto" never forms a d x d matrix above this many features (dense / sparse X).
 MAX_DIRECT_DENSE = 4096
@@ -427,9 +427,10 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
     update : {"auto", "sherman-morrison", "batched", "cg"}
     refresh_every : int or None
         Sherman-Morrison scheme: after every :data:`CHECK_EVERY`-th incremental update, M is
-        checked against H on a fixed probe vector (O(d^2)) and recomputed from the Gram sum (O(d^3)) when the relative
-        residual exceeds :data:`REFRESH_TOL`; ``refresh_every`` additionally forces a
-        recomputation after that many incremental iterations (None: only when the check fails).
+        checked against H on a fixed probe vector (O(d^2)) and recomputed from the Gram sum
+        (O(d^3)) when the relative residual exceeds :data:`REFRESH_TOL`; ``refresh_every``
+        additionally forces a recomputation after that many incremental iterations (None: only
+        when the check fails).
     return_best : bool
         Return the iterate with the smallest SV/theta^2 instead of the last one.
     callback : callable, optional
@@ -472,6 +473,7 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
     hist = {f: np.zeros(max_iter + 1) for f in HISTORY_FIELDS[:3]}
     hist["n_active"] = np.zeros(max_iter + 1, dtype=np.int64)
     hist["n_changes"] = np.zeros(max_iter + 1, dtype=np.int64)
+    hist["step"] = np.full(max_iter + 1, np.nan)
     schemes = ["init"]
 
     def record(k, m, theta, A, changes):
@@ -508,7 +510,8 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
             if update in ("sherman-morrison", "batched"):
                 scheme = update
             else:  # auto: the cheaper of a Woodbury update of M and a Cholesky refactorisation
-                scheme = "sherman-morrison" if (direct.M is not None and _woodbury_cheaper(c, d)) else "batched"
+                cheap = direct.M is not None and _woodbury_cheaper(c, d)
+                scheme = "sherman-morrison" if cheap else "batched"
             # g = sum_A s z always; the Gram sum G only for Cholesky steps
             direct.move(A, add, rem, gram=scheme == "batched")
             g = direct.g
@@ -591,6 +594,7 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
         A = m < theta
         changes = int(np.count_nonzero(A != prevA))
         record(k, m, theta, A, changes)
+        hist["step"][k] = dw
         if log is not None and log.isEnabledFor(10):
             log.debug("MSVMAv iteration %d (%s): theta=%.6g SV/theta^2=%.6g |A|=%d changes=%d |dw|=%.3g",
                       k, scheme, theta, hist["bound"][k], hist["n_active"][k], changes, dw)
@@ -601,7 +605,7 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
             break
 
     n_iter = k
-    history = {f: hist[f][: n_iter + 1].copy() for f in HISTORY_FIELDS[:5]}
+    history = {f: hist[f][: n_iter + 1].copy() for f in HISTORY_FIELDS[:6]}
     history["update"] = np.array(schemes)
     window = history["n_changes"][-CHANGE_WINDOW:]
     changing = (not converged) and n_iter == max_iter and bool(np.any(window > 0))
@@ -628,6 +632,7 @@ def _compiled(design, s, u, w0, P, am_step, N, beta, max_iter, tol, return_best)
     history = {f: hist[:, j].copy() for j, f in enumerate(HISTORY_FIELDS[:3])}
     history["n_active"] = hist[:, 3].astype(np.int64)
     history["n_changes"] = hist[:, 4].astype(np.int64)
+    history["step"] = hist[:, 5].copy()
     history["update"] = np.array(["init"] + ["batched"] * n_iter)
     window = history["n_changes"][-CHANGE_WINDOW:]
     changing = (not converged) and n_iter == max_iter and bool(np.any(window > 0))

@@ -88,8 +88,8 @@ def _solve_spd(H, rhs, L, x):
 def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol):
     """The MSVMAv iteration on dense X (rows z_i = y_i [x_i, 1?]); X column-major (Fortran).
 
-    Returns (w_last, w_best, n_iter, hist (n_iter + 1, 5): theta, SV, SV/theta^2, |A|,
-    changes; best_k, converged, status) with status 0 ok, 1 Cholesky failure, 2 non-finite w.
+    Returns (w_last, w_best, n_iter, hist (n_iter + 1, 6): theta, SV, SV/theta^2, |A|,
+    changes, step ||w_k - w_{k-1}||; best_k, converged, status) with status 0 ok, 1 Cholesky failure, 2 non-finite w.
     """
     n = X.shape[0]
     d = u.shape[0]
@@ -97,7 +97,7 @@ def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol):
     for i in range(n):
         S += s[i]
     nb = S * beta
-    hist = np.zeros((max_iter + 1, 5))
+    hist = np.zeros((max_iter + 1, 6))
     m = np.empty(n)
     A = np.zeros(n, dtype=np.bool_)
     G = np.zeros((d, d))
@@ -135,6 +135,7 @@ def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol):
     hist[0, 2] = sv / theta**2 if theta > 0 else np.inf
     hist[0, 3] = n_act
     hist[0, 4] = n_act
+    hist[0, 5] = np.nan
 
     converged = False
     status = 0
@@ -202,6 +203,7 @@ def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol):
         hist[k, 2] = sv / theta**2 if theta > 0 else np.inf
         hist[k, 3] = n_act
         hist[k, 4] = c
+        hist[k, 5] = dw
         if hist[k, 2] < hist[best_k, 2]:
             best_k = k
             best_w[:] = w
