@@ -1,17 +1,22 @@
 """Benchmark: KMOMD (pair SMO) against scikit-learn's SVC (LIBSVM) with the RBF kernel.
 
 For each dataset (banana: 2 features, magic: 10 features; bundled with margindist), a random
-subsample of ``--m`` training examples (5000 by default) and up to 5000 other examples for testing,
+subsample of ``--m`` training examples (5000 by default; banana has 5300 examples, so it gets 4300)
+and up to 5000 other examples for testing,
 features min-max scaled to [0, 1] on the training part. Fixed hyperparameters, no model selection:
 
 * ``KMOMD(lam, kernel="rbf", gamma="scale", tol=1e-3, cache_size=200)`` for each ``--lams`` value;
-* ``SVC(C=1, kernel="rbf", gamma="scale", tol=1e-3, cache_size=200)`` (LIBSVM defaults).
+* ``SVC(C=(1 - lam) / lam, kernel="rbf", gamma="scale", tol=1e-3, cache_size=200)``: the C of the
+  same regularisation by the 2-norm soft-margin correspondence lam = 1 / (1 + C) (KM-OMD's Hessian
+  (1 - lam) K + lam I is proportional to K + I / C), which the experiment presets use as well.
 
 Both are timed on ``fit`` in the same run, interleaved, median of ``--repeats`` runs; wall-clock and
 process (CPU) time are both recorded, because the machine is shared and wall-clock time includes
 waiting for the CPU. BLAS is limited to one thread (threadpoolctl; LIBSVM is single-threaded and
 the KMOMD fit does no BLAS work for the RBF kernel). Numba compilation is done before timing.
-With ``--linear``, also ``KMOMD(kernel="linear")`` against ``LinearSVC(C=1)`` (LIBLINEAR).
+With ``--linear``, also ``KMOMD(kernel="linear")`` (solver "auto" = L-BFGS on the dual in the weight
+vector, then the SMO check) and, for reference, ``KMOMD(kernel="linear", solver="primal")`` (the SMO
+alone) against ``LinearSVC(C=(1 - lam) / lam)`` (LIBLINEAR).
 
     python benchmarks/bench_kmomd.py [--quick] [--m 5000] [--repeats 3] [--lams 0.1 0.5]
 """
@@ -41,7 +46,7 @@ def _split(name, m, seed=0):
     X, y = load_dataset(name)
     rng = np.random.default_rng(seed)
     idx = rng.permutation(y.size)
-    m = min(m, y.size // 2)
+    m = min(m, y.size - 1000)  # keep at least 1000 examples for testing
     tr, te = idx[:m], idx[m : m + 5000]
     scaler = MinMaxScaler().fit(X[tr])
     return scaler.transform(X[tr]), y[tr], np.clip(scaler.transform(X[te]), -0.5, 1.5), y[te]
@@ -58,6 +63,12 @@ def _time_fit(make, X, y, repeats):
     return wall, cpu, est
 
 
+def _peer_C(lam):
+    """SVC's C for KM-OMD's lam by the 2-norm soft-margin correspondence lam = 1 / (1 + C): KM-OMD's
+    Hessian (1 - lam) K + lam I is proportional to K + I / C (the experiment presets use it too)."""
+    return (1.0 - lam) / lam
+
+
 def run(datasets, m, lams, repeats, linear):
     rows = []
     # compile the numba solvers before timing
@@ -66,36 +77,43 @@ def run(datasets, m, lams, repeats, linear):
     KMOMD(lam=0.1, kernel="linear", solver="primal").fit(Xw, yw)
     for name in datasets:
         Xtr, ytr, Xte, yte = _split(name, m)
-        peers = [("SVC rbf C=1", lambda: SVC(C=1.0, kernel="rbf", gamma="scale", tol=1e-3, cache_size=200))]
-        ours = [(f"KMOMD rbf lam={lam:g}",
-                 (lambda lam=lam: KMOMD(lam=lam, kernel="rbf", gamma="scale", tol=1e-3, cache_size=200)))
-                for lam in lams]
+        pairs = []  # (ours label, make, peer label, make)
+        for lam in lams:
+            C = _peer_C(lam)
+            pairs.append((f"KMOMD rbf lam={lam:g}",
+                          lambda lam=lam: KMOMD(lam=lam, kernel="rbf", gamma="scale", tol=1e-3, cache_size=200),
+                          f"SVC rbf C={C:g}",
+                          lambda C=C: SVC(C=C, kernel="rbf", gamma="scale", tol=1e-3, cache_size=200)))
         if linear:
-            peers.append(("LinearSVC C=1", lambda: LinearSVC(C=1.0)))
-            ours += [(f"KMOMD linear lam={lam:g}", (lambda lam=lam: KMOMD(lam=lam, kernel="linear", tol=1e-3)))
-                     for lam in lams]
-        times = {label: ([], []) for label, _ in peers + ours}
-        fitted = {}
+            for lam in lams:
+                C = _peer_C(lam)
+                pairs.append((f"KMOMD linear lam={lam:g}", lambda lam=lam: KMOMD(lam=lam, kernel="linear", tol=1e-3),
+                              f"LinearSVC C={C:g}", lambda C=C: LinearSVC(C=C)))
+            for lam in lams:  # the SMO alone, for reference
+                C = _peer_C(lam)
+                pairs.append((f"KMOMD linear SMO lam={lam:g}",
+                              lambda lam=lam: KMOMD(lam=lam, kernel="linear", solver="primal", tol=1e-3),
+                              f"LinearSVC C={C:g}", lambda C=C: LinearSVC(C=C)))
+        times, fitted = {}, {}
         for _ in range(repeats):  # interleaved: one run of each per round
-            for label, make in ours + peers:
-                w, c, est = _time_fit(make, Xtr, ytr, 1)
-                times[label][0].extend(w)
-                times[label][1].extend(c)
-                fitted[label] = est
-        for label, make in ours + peers:
-            est = fitted[label]
+            for label, make, plabel, pmake in pairs:
+                for lab, mk in ((label, make), (plabel, pmake)):
+                    w, c, est = _time_fit(mk, Xtr, ytr, 1)
+                    times.setdefault(lab, ([], []))
+                    times[lab][0].extend(w)
+                    times[lab][1].extend(c)
+                    fitted[lab] = est
+        for label, _, plabel, _ in pairs:
             wall, cpu = np.median(times[label][0]), np.median(times[label][1])
-            peer = "LinearSVC C=1" if "linear" in label or "Linear" in label else "SVC rbf C=1"
-            pw, pc = np.median(times[peer][0]), np.median(times[peer][1])
-            n_sv = int(np.sum(est.n_support_)) if hasattr(est, "n_support_") else -1
-            rows.append({
-                "dataset": name, "m": Xtr.shape[0], "d": Xtr.shape[1], "method": label, "wall": wall, "cpu": cpu,
-                "ratio_wall": wall / pw, "ratio_cpu": cpu / pc, "acc": est.score(Xte, yte),
-                "n_iter": int(np.max(est.n_iter_)), "n_sv": n_sv,
-            })
-            print(f"{name:8s} {label:24s} wall {wall:7.3f}s cpu {cpu:7.3f}s  ratio(cpu) {cpu / pc:5.2f}  "
-                  f"ratio(wall) {wall / pw:5.2f}  acc {rows[-1]['acc']:.4f}  iter {rows[-1]['n_iter']}  SV {n_sv}",
-                  flush=True)
+            pw, pc = np.median(times[plabel][0]), np.median(times[plabel][1])
+            row = {"dataset": name, "m": Xtr.shape[0], "d": Xtr.shape[1], "ours": label, "peer": plabel,
+                   "wall": wall, "cpu": cpu, "pwall": pw, "pcpu": pc, "ratio_wall": wall / pw, "ratio_cpu": cpu / pc,
+                   "acc": fitted[label].score(Xte, yte), "pacc": fitted[plabel].score(Xte, yte),
+                   "n_iter": int(np.max(fitted[label].n_iter_)), "pn_iter": int(np.max(fitted[plabel].n_iter_))}
+            rows.append(row)
+            print(f"{name:7s} {label:22s} cpu {cpu:7.3f}s wall {wall:7.3f}s | {plabel:18s} cpu {pc:7.3f}s "
+                  f"wall {pw:7.3f}s | ratio cpu {cpu / pc:5.2f} wall {wall / pw:5.2f} | acc {row['acc']:.4f} vs "
+                  f"{row['pacc']:.4f} | iter {row['n_iter']} vs {row['pn_iter']}", flush=True)
     return rows
 
 
@@ -104,24 +122,36 @@ def write(rows, args):
         "# KMOMD benchmark (benchmarks/bench_kmomd.py)",
         "",
         f"Conditions: {platform.processor() or platform.machine()}, {os.cpu_count()} logical cores shared "
-        "with other jobs (the load average was above the core count during the run), BLAS limited to one "
-        f"thread; m = {args.m} training examples per dataset (random subsample, features min-max scaled "
-        "on the training part), up to 5000 other examples for the test accuracy; "
-        f"median of {args.repeats} interleaved runs of `fit`; numba compiled before timing.",
+        "with other jobs (load average above the core count during the run), BLAS limited to one thread; "
+        f"m = {args.m} training examples per dataset (banana: 4300, it has 5300), random subsample, features "
+        "min-max scaled on the training part; up to 5000 other examples for the test accuracy; median of "
+        f"{args.repeats} interleaved runs of `fit`; numba compiled before timing.",
         "",
-        "Fixed hyperparameters: KMOMD(lam, gamma='scale', tol=1e-3, cache_size=200) and "
-        "SVC(C=1, gamma='scale', tol=1e-3, cache_size=200). `ratio` = ours / peer (same run); the CPU-time "
-        "ratio is the more reliable one on a shared machine. Goal: ratio <= 1.0.",
+        "Fixed hyperparameters: KMOMD(lam, gamma='scale', tol=1e-3, cache_size=200) against "
+        "SVC(C = (1 - lam) / lam, gamma='scale', tol=1e-3, cache_size=200), the C of the same "
+        "regularisation by the 2-norm soft-margin correspondence lam = 1 / (1 + C); linear: KMOMD(kernel="
+        "'linear') (L-BFGS on the dual in the weight vector + SMO check) against LinearSVC(C). `ratio` = "
+        "ours / peer in the same run; the CPU-time ratio is the more reliable one on a shared machine. "
+        "Goal: ratio <= 1.0.",
         "",
-        "| dataset | m | d | method | fit wall (s) | fit CPU (s) | ratio CPU | ratio wall | test acc | iterations | SV |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| dataset | m | d | ours | peer | ours CPU (s) | peer CPU (s) | ratio CPU | ratio wall | acc ours | "
+        "acc peer | iterations ours / peer |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['dataset']} | {r['m']} | {r['d']} | {r['method']} | {r['wall']:.3f} | {r['cpu']:.3f} | "
-            f"{r['ratio_cpu']:.2f} | {r['ratio_wall']:.2f} | {r['acc']:.4f} | {r['n_iter']} | {r['n_sv']} |")
-    lines += ["", "Iterations: KMOMD pair updates / LIBSVM iterations. SV: examples with gamma_i > 0 / support "
-              "vectors. Regenerate with `python benchmarks/bench_kmomd.py`.", ""]
+            f"| {r['dataset']} | {r['m']} | {r['d']} | {r['ours']} | {r['peer']} | {r['cpu']:.3f} | {r['pcpu']:.3f} | "
+            f"{r['ratio_cpu']:.2f} | {r['ratio_wall']:.2f} | {r['acc']:.4f} | {r['pacc']:.4f} | "
+            f"{r['n_iter']} / {r['pn_iter']} |")
+    lines += ["", "Iterations: KMOMD pair updates (plus L-BFGS iterations for the linear kernel) / LIBSVM or "
+              "LIBLINEAR iterations. `linear SMO` is `solver='primal'` (the pair SMO alone), shown to measure "
+              "the L-BFGS path against it. Regenerate with `python benchmarks/bench_kmomd.py --linear`.", "",
+              "Why the RBF goal (<= 1.0x) is not reached: KM-OMD's optimum is interior (the support weights lie "
+              "strictly between their bounds, whereas most SVM dual variables sit at 0 or C), so the pair SMO "
+              "needs 5-10x more updates than LIBSVM, and each update streams two float64 kernel rows (LIBSVM "
+              "keeps float32 rows and shrinks its active set). The gap grows as lam shrinks (conditioning ~ 1/lam). "
+              "Measured without gain: a second-order working-set rule, one pair of each class per update (exact "
+              "2x2 box step), an SVMlight-style decomposition with an inner SMO, shrinking with index lists.", ""]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text("\n".join(lines))
     print(f"wrote {RESULTS}")
@@ -132,7 +162,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="seconds-scale smoke run (m=500, 1 repeat, banana)")
     ap.add_argument("--m", type=int, default=5000)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--lams", type=float, nargs="+", default=[0.1, 0.5])
+    ap.add_argument("--lams", type=float, nargs="+", default=[0.01, 0.1, 0.5])
     ap.add_argument("--datasets", nargs="+", default=["banana", "magic"])
     ap.add_argument("--linear", action="store_true", help="also the linear kernel against LinearSVC")
     ap.add_argument("--no-write", action="store_true", help="print only")

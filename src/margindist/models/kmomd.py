@@ -34,7 +34,9 @@ class KMOMD(BaseMarginClassifier):
     classes separable in the feature space); ``lam`` = 1 puts gamma uniform on each class, the
     centroid classifier that maximises the average margin (solved in closed form); in between,
     larger ``lam`` spreads nature's weight over more examples, i.e. optimises a margin
-    distribution closer to the average.
+    distribution closer to the average. Since (1 - lam) K + lam I is proportional to K + I / C
+    with C = (1 - lam) / lam, the problem is the nearest-point form of the 2-norm soft-margin
+    SVM: lam = 1 / (1 + C) is the matching SVM regularisation.
 
     **Solver** (paper Section 3, an SMO over pairs of one class): moving mass eps from example
     q to example r of the same class keeps gamma feasible; the exact line minimiser is the
@@ -51,13 +53,13 @@ class KMOMD(BaseMarginClassifier):
     update is an exact line minimisation, so the objective never increases; the pair rule
     reaches the optimum of a generic QP solver and is much faster than the sweep.
 
-    **Paper errors, and what this implementation does instead** (each was confirmed on a
-    prototype):
+    **Paper errors, and what this implementation does instead** (as listed in the project's
+    specification, each confirmed on a prototype):
 
     1. The score update of the paper omits the label: it must be
-       s_j += y eps (k(x_r, x_j) - k(x_q, x_j)) for a pair of class y (otherwise the scores of
-       the negative class's updates have the wrong sign and the solver diverges from the
-       optimum).
+       s_j += y eps (k(x_r, x_j) - k(x_q, x_j)) for a pair of class y, since
+       s_j = sum_i y_i gamma_i k(x_i, x_j) (without it every update in the negative class moves
+       the scores, hence the gradients, the wrong way).
     2. The acceptance test "Delta L > delta" accepts objective *increases*; a step is useful
        when the objective decreases. Here every step is the exact minimiser along its pair, so
        it never increases L, and the stopping rule is the violation above (the paper's delta
@@ -133,8 +135,9 @@ class KMOMD(BaseMarginClassifier):
     objective_ : ndarray of shape (n_problems,)
         Final objective (1 - lam) ||v||^2 + lam sum_i gamma_i^2 / s_i.
     objective_history_ : list of ndarray
-        Per sub-problem, the objective at the start and after every m pair updates (m the
-        number of training examples of the sub-problem); non-increasing.
+        Per sub-problem, the objective at the SMO's start (for ``solver="lbfgs"``: at the
+        L-BFGS solution) and after every m pair updates (m the number of training examples of
+        the sub-problem); non-increasing.
     weight_norm_ : ndarray of shape (n_problems,)
         ||v(gamma)||, the distance between the two hull points.
     n_iter_ : int or ndarray
@@ -143,6 +146,10 @@ class KMOMD(BaseMarginClassifier):
 
     Notes
     -----
+    The SMO puts the rows in class order internally (a permuted copy of X, or of the Gram
+    matrix for ``kernel="precomputed"``, when the classes are interleaved), so that its update
+    pass runs over contiguous memory.
+
     Complexity: O(m) per pair update plus O(m d) per kernel-row cache miss (dual), or
     O(nnz(X)) per update (primal); O(nnz(X) + m log m) per L-BFGS iteration. The SMO needs
     several updates per example that carries weight, and more the smaller ``lam`` is (the
