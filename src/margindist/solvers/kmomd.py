@@ -79,7 +79,7 @@ _TAU = 1e-12
 #: convex hulls intersect; the hard-margin problem has no margin left to find).
 _HULL_TOUCH = 1e-12
 
-# phase status codes
+# status codes of the SMO
 _CONVERGED, _MAX_ITER, _HULLS_TOUCH = 0, 1, 2
 
 
