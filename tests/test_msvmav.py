@@ -330,6 +330,7 @@ def test_dense_equals_csr(update):
     assert np.allclose(dense.decision_function(X), csr.decision_function(sp.csr_matrix(X)), atol=1e-9)
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_sparse_input_is_not_densified(monkeypatch):
     X = sp.random(400, 3000, density=0.01, format="csr", random_state=0)
     y = np.where(np.asarray(X.sum(axis=1)).ravel() > np.median(np.asarray(X.sum(axis=1))), 1, 0)
@@ -371,6 +372,7 @@ def test_sample_weight_two_equals_duplicated_rows(kernel_kw):
     assert np.allclose(a.history_["bound"], b.history_["bound"], rtol=1e-8)
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_zero_weight_equals_removed_rows():
     X, y = _scaled("pima", n=200)
     sw = np.ones(y.size)
@@ -489,6 +491,7 @@ def test_float32_input():
     assert rbf.score(X32, y) > 0.8
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_nystroem_full_rank_equals_exact_rkhs_kernel_path():
     X, y = _scaled("wdbc", n=120)
     kw = dict(alpha=2.0, beta=0.5, kernel="rbf", gamma=0.2, tol=0.0, max_iter=40)
@@ -554,6 +557,7 @@ def test_core_iterate_generic_metric_runs():
     assert np.allclose(out[0], out[1], atol=1e-9) and np.allclose(out[0], out[2], atol=1e-7)
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_eigendecomposition_cache_reuse_gives_identical_models():
     import margindist.solvers.msvmav as solver
 
