@@ -16,7 +16,6 @@ from ..kernels import KernelRowCache, kernel_matrix
 from ..solvers.odm import odm_dcd_kernel, odm_dcd_linear, odm_newton, odm_svrg
 
 
-
 class _ProblemwiseFit:
     """Fits the binary sub-problems with their index, a warm-start state and a shared set-up.
 

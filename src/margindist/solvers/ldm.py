@@ -253,6 +253,11 @@ def _xh_t(X, r, bias):
     return np.concatenate([head, [bias * float(np.sum(r))]])
 
 
+#: Below this value of 1 - c h^T h the Sherman-Morrison downdate is replaced by a direct
+#: Cholesky factorisation of Q_lin (the rank-one term has eaten the precision).
+_SM_MIN_DENOM = 1e-10
+
+
 class LDMLinearFactor:
     """The y-independent part of the linear LDM set-up: R R^T = M = I + c S Xh^T D Xh and
     Z0 = Xh R^{-T} (dense m x (d + 1)). One-vs-rest sub-problems share it."""
@@ -290,7 +295,7 @@ class LDMLinearFactor:
                 return sla.solve_triangular(R, v, lower=True, trans="T", check_finite=False)
 
             return self.Z0, Linv, LTinv, g
-        if one_minus_a > 1e-10:
+        if one_minus_a > _SM_MIN_DENOM:
             hh = h / np.sqrt(hn2)
             kp = (1.0 - np.sqrt(one_minus_a)) / np.sqrt(one_minus_a)  # P^{-1} = I + kp hh hh^T
             Z = self.Z0 + kp * np.outer(self.Z0 @ hh, hh)
