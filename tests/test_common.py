@@ -39,8 +39,7 @@ def estimator_instances():
         out.append(est)
         params = est.get_params()
         if "kernel" in params:
-            out.append(cls(kernel="rbf"))
-            out.append(cls(kernel="precomputed"))
+            out.extend(cls(kernel=k) for k in ("rbf", "precomputed") if params["kernel"] != k)
     return out
 
 

@@ -9,13 +9,27 @@ __version__ = "0.1.0"
 
 from .datasets import list_datasets, load_dataset
 from .metrics import margin_stats, msvmav_bound_term, normalized_margins, semivariance
+from .models.fmm import FMM
+from .models.kmomd import KMOMD
+from .models.ldm import LDM
 from .models.lssvm import LSSVM
+from .models.m3svm import M3SVM
 from .models.mamc import MAMC
+from .models.margin_pursuit import MarginPursuit
+from .models.msvmav import MSVMAv
+from .models.odm import ODM
 from .plotting import plot_margin_cdf
 
 __all__ = [
+    "FMM",
+    "KMOMD",
+    "LDM",
     "LSSVM",
+    "M3SVM",
     "MAMC",
+    "MSVMAv",
+    "MarginPursuit",
+    "ODM",
     "load_dataset",
     "list_datasets",
     "margin_stats",
