@@ -116,6 +116,20 @@ def test_parse_and_binarise_dataset():
     assert DatasetSpec("a", label="A").to_dict() == DatasetSpec("a").to_dict()
 
 
+def test_class_pair_dataset():
+    """A one-vs-one task: keep two classes, binarise them."""
+    from margindist.datasets import load_dataset
+
+    Xall, yall = load_dataset("letter")
+    X, y = load_data(DatasetSpec("letter-HK", source="letter", classes=("H", "K"), positive=("H",)))
+    assert X.shape[0] == np.sum(np.isin(yall, ["H", "K"])) and X.shape[1] == Xall.shape[1]
+    assert np.sum(y == 1) == np.sum(yall == "H") and np.sum(y == -1) == np.sum(yall == "K")
+    np.testing.assert_array_equal(X[y == 1], Xall[yall == "H"])
+    assert DatasetSpec("x", classes=("H", "K")).to_dict() != DatasetSpec("x").to_dict()
+    with pytest.raises(ValueError, match="not in"):
+        load_data(DatasetSpec("bad", source="letter", classes=("H", "?")))
+
+
 def test_scaled_grids(rng):
     X = rng.normal(size=(50, 3))
     assert Scaled((1.0, 4.0), "per_feature").resolve(X, 8, 0) == [1 / 8, 0.5]

@@ -196,7 +196,16 @@ def test_sklearn_baselines_and_margins():
     ovr = get_method("ovr").build("linear", {"C": 2.0}, 0)
     assert ovr.estimator.C == 2.0
     peg = get_method("pegasos").build("linear", {"lam": 0.01}, 0)
-    assert peg.alpha == 0.01 and peg.loss == "hinge"
+    assert peg.lam == 0.01
+    # Pegasos = SGD on the hinge loss, steps exactly 1/(lam t), on [X, 1] (regularised bias)
+    from sklearn.linear_model import SGDClassifier
+
+    peg.fit(X, y)
+    ref = SGDClassifier(loss="hinge", alpha=0.01, learning_rate="invscaling", eta0=100.0, power_t=1.0,
+                        fit_intercept=False, max_iter=20, tol=None, random_state=0)
+    ref.fit(np.column_stack([X, np.ones(len(y))]), y)
+    np.testing.assert_allclose(peg.decision_function(X), np.column_stack([X, np.ones(len(y))]) @ ref.coef_[0])
+    np.testing.assert_allclose(peg.coef_[0], ref.coef_[0, :-1])
     Xm, ym = load_dataset("iris")
     lr = get_method("lr").build("linear", {}, 0).fit(Xm, ym)
     m, note = estimator_margins(lr, Xm, ym)

@@ -80,6 +80,9 @@ class DatasetSpec:
     positive : tuple of str, optional
         Binarise: these labels (compared as strings) become the positive class, all others
         the negative class (a one-vs-rest task such as digits "5 vs rest").
+    classes : tuple of str, optional
+        Keep only the examples with these labels (compared as strings), e.g. a pair of letters
+        for a one-vs-one task; applied before ``positive``.
     label : str, optional
         Display name (e.g. the paper's name, "diabetes (pima)").
     train_size, test_size : int, optional
@@ -91,6 +94,7 @@ class DatasetSpec:
     name: str
     source: str | None = None
     positive: tuple | None = None
+    classes: tuple | None = None
     label: str | None = None
     train_size: int | None = None
     test_size: int | None = None
@@ -109,6 +113,10 @@ class DatasetSpec:
         d.pop("label")  # display only: not part of the identity of results
         d.pop("note")
         d["positive"] = list(self.positive) if self.positive is not None else None
+        if self.classes is None:
+            d.pop("classes")  # keeps the identity of existing results unchanged
+        else:
+            d["classes"] = list(self.classes)
         return d
 
 
@@ -138,12 +146,25 @@ def load_data(spec: DatasetSpec, data_dir=None):
     """
     from ..datasets import load_dataset
 
-    key = (spec.loader_name, spec.positive, None if data_dir is None else str(data_dir))
+    key = (spec.loader_name, spec.positive, spec.classes, None if data_dir is None else str(data_dir))
     with _DATA_LOCK:
         hit = _DATA_CACHE.get(key)
     if hit is not None:
         return hit
     X, y = load_dataset(spec.loader_name, data_dir=data_dir, allow_download=False)
+    for wanted in (spec.classes, spec.positive):
+        if wanted is None:
+            continue
+        known = set(np.unique(np.asarray(y).astype(str)))
+        missing = [p for p in wanted if p not in known]
+        if missing:
+            raise ValueError(
+                f"dataset {spec.name!r}: label(s) {missing} not in {spec.loader_name!r} "
+                f"(labels: {sorted(known)[:30]})."
+            )
+    if spec.classes is not None:
+        keep = np.isin(np.asarray(y).astype(str), list(spec.classes))
+        X, y = X[keep], np.asarray(y)[keep]
     if spec.positive is not None:
         labels = np.asarray(y).astype(str)
         known = set(np.unique(labels))

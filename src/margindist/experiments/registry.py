@@ -13,8 +13,8 @@ scikit-learn baselines are scikit-learn's own classes (never re-implemented):
 ``ovr`` / ``ovo``         ``OneVsRestClassifier`` / ``OneVsOneClassifier`` around
                           ``LinearSVC`` (linear) or ``SVC`` (rbf); ``C``, ``gamma`` go to
                           the inner estimator
-``pegasos``               ``SGDClassifier(loss="hinge", learning_rate="optimal")``, the
-                          Pegasos-like schedule 1 / (alpha (t + t0)); ``lam`` is ``alpha``
+``pegasos``               :class:`PegasosClassifier`: ``SGDClassifier(loss="hinge")`` with
+                          steps exactly 1 / (lam t), bias as a regularised constant feature
 ========================  ==========================================================
 
 :func:`estimator_margins` gives normalised margins y f(x) / ||w|| for any fitted model where
@@ -28,6 +28,7 @@ import importlib
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -196,6 +197,53 @@ class SVRClassifier(ClassifierMixin, BaseEstimator):
         return y_pm * f / _weight_norm(self.regressor_)
 
 
+class PegasosClassifier(ClassifierMixin, BaseEstimator):
+    """Pegasos (Shalev-Shwartz et al.): SGD on the hinge loss with steps exactly 1/(lam t).
+
+    scikit-learn's ``SGDClassifier(loss="hinge", alpha=lam, learning_rate="invscaling",
+    eta0=1/lam, power_t=1)`` on the features plus a constant feature 1 (no separate intercept):
+    the bias is regularised like the other weights, as in margin pursuit's projected SGD, which
+    makes the two directly comparable at the same lam (scikit-learn's unpenalised intercept with
+    steps 1/(lam t) is unstable on small samples). No projection step. ``coef_`` and
+    ``intercept_`` split the weight of the constant feature off.
+    """
+
+    def __init__(self, lam=1e-3, max_iter=20, tol=None, random_state=None):
+        self.lam = lam
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+
+    @staticmethod
+    def _augment(X):
+        ones = np.ones((X.shape[0], 1), dtype=X.dtype)
+        return sp.hstack([X, ones], format="csr") if sp.issparse(X) else np.hstack([X, ones])
+
+    def fit(self, X, y, sample_weight=None):
+        from sklearn.linear_model import SGDClassifier
+
+        X, y = validate_data(self, X, y, accept_sparse="csr")
+        self.sgd_ = SGDClassifier(loss="hinge", alpha=self.lam, learning_rate="invscaling", eta0=1.0 / self.lam,
+                                  power_t=1.0, fit_intercept=False, max_iter=self.max_iter, tol=self.tol,
+                                  random_state=self.random_state)
+        self.sgd_.fit(self._augment(X), y, sample_weight=sample_weight)
+        self.classes_ = self.sgd_.classes_
+        self.coef_ = self.sgd_.coef_[:, :-1]
+        self.intercept_ = self.sgd_.coef_[:, -1].copy()
+        self.n_iter_ = self.sgd_.n_iter_
+        return self
+
+    def decision_function(self, X):
+        check_is_fitted(self)
+        X = validate_data(self, X, accept_sparse="csr", reset=False)
+        D = np.asarray(X @ self.coef_.T) + self.intercept_
+        return D[:, 0] if self.classes_.size == 2 else D
+
+    def predict(self, X):
+        D = self.decision_function(X)
+        return self.classes_[(D > 0).astype(int)] if D.ndim == 1 else self.classes_[D.argmax(axis=1)]
+
+
 def _weight_norm(model) -> float:
     """||w|| of a fitted binary scikit-learn linear model or SVC/SVR (RKHS norm)."""
     coef = getattr(model, "coef_", None)
@@ -288,12 +336,9 @@ def _wrapped(wrapper):
 
 
 def _pegasos(kernel, params, rs):
-    from sklearn.linear_model import SGDClassifier
-
-    kw = {"loss": "hinge", "learning_rate": "optimal", "alpha": 1e-3, "max_iter": 20, "tol": None,
-          "random_state": rs}
+    kw = {"lam": 1e-3, "max_iter": 20, "tol": None, "random_state": rs}
     kw.update(params)
-    return SGDClassifier(**kw)
+    return PegasosClassifier(**kw)
 
 
 _REGISTRY: dict[str, MethodInfo] = {}
@@ -328,8 +373,8 @@ _register(MethodInfo("ovr", "scikit-learn OneVsRestClassifier(LinearSVC / SVC)",
                      builder=_wrapped("OneVsRestClassifier"), kernels=("linear", "rbf", "poly", "sigmoid")))
 _register(MethodInfo("ovo", "scikit-learn OneVsOneClassifier(LinearSVC / SVC)", family="scikit-learn",
                      builder=_wrapped("OneVsOneClassifier"), kernels=("linear", "rbf", "poly", "sigmoid")))
-_register(MethodInfo("pegasos", "scikit-learn SGDClassifier(hinge), Pegasos-like schedule; lam = alpha",
-                     family="scikit-learn", builder=_pegasos, kernels=("linear",), aliases={"lam": "alpha"}))
+_register(MethodInfo("pegasos", "Pegasos: scikit-learn SGDClassifier(hinge), steps 1/(lam t), regularised bias",
+                     family="scikit-learn", builder=_pegasos, kernels=("linear",)))
 
 
 def list_methods() -> list[str]:
