@@ -278,7 +278,7 @@ class Protocol:
             d.pop("selection_splits")
         return d
 
-    def describe(self, datasets=()) -> str:
+    def describe(self, datasets=(), searched: bool = True) -> str:
         """One paragraph in words, for reports."""
         if self.scheme == "random":
             tr = self.train_size if self.train_size is not None else 0.8
@@ -301,7 +301,9 @@ class Protocol:
                 None: "features unscaled"}[self.scaling]
         if self.append_bias:
             prep += ", constant 1 appended"
-        if self.selection == "per_split":
+        if not searched:
+            sel = "fixed hyperparameters (no search)"
+        elif self.selection == "per_split":
             sel = f"hyperparameters by stratified {self.cv_folds}-fold CV on each training part"
         else:
             sel = (f"hyperparameters by stratified {self.cv_folds}-fold CV on the first "

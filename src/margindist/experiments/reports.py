@@ -497,7 +497,8 @@ def header_lines(exp, plan, outcome=None, command=None) -> list:
         lines += [f"Source: {exp.source}", ""]
     from .. import __version__
 
-    lines += [f"- Protocol: {exp.protocol.describe(plan.datasets)}"]
+    searched = any(m.grid for m in exp.methods)
+    lines += [f"- Protocol: {exp.protocol.describe(plan.datasets, searched=searched)}"]
     if command:
         lines.append(f"- Command: `{command}`")
     lines.append(f"- margindist {__version__}, written {time.strftime('%Y-%m-%d %H:%M:%S')}")
