@@ -207,19 +207,77 @@ def test_asgd_average_is_the_average_of_the_iterates(rng):
     parts = csr_parts(sp.csr_matrix(X))
     m = X.shape[0]
     st = ASGDState(5)
-    rng_state = np.array([12345], dtype=np.uint64)
-    sfac, cumw = np.ones(m), np.zeros(0)
+    sfac = np.ones(m)
+    Xh = np.c_[X, np.ones(m)]
+    mu = Xh.T @ y / m
+    xmu = Xh @ mu
     lam3, l1, l2, eta0, t0 = 0.05, 0.01, 0.01, 0.3, 17.0
     iterates = []
     for t in range(150):
         order = np.array([t % m])
-        _asgd_pass(*parts, 1.0, y, sfac, cumw, order, 0, lam3, l1, l2, eta0, 0.0, t0, st.w, st.abar, st.scal,
-                   rng_state, True)
+        _asgd_pass(*parts, 1.0, y, sfac, xmu, mu, order, lam3, l1, l2, eta0, 0.0, t0, st.wa, st.scal,
+                   True)
         iterates.append(st.weights().copy())
         # step t (0-based) averages the iterates after steps t0 - 1 ... t
         first = int(max(0, t0 - 1))
         expected = np.mean(iterates[first:], axis=0) if t >= first else iterates[-1]
         np.testing.assert_allclose(st.average(), expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_asgd_maintained_mean_margin_equals_recomputation(rng, sparse):
+    """w . mu, maintained in O(1) per step under the lazy scaling, equals w_true . mu computed
+    directly after every step (through several renormalisations of the scaling)."""
+    m, d = 60, 7
+    X = rng.normal(size=(m, d))
+    X[rng.random(X.shape) < 0.4] = 0
+    y = np.where(rng.random(m) < 0.5, 1.0, -1.0)
+    parts = csr_parts(sp.csr_matrix(X) if sparse else X)
+    s = rng.uniform(0.5, 2.0, size=m)
+    sfac = m * s / s.sum()
+    Xh = np.c_[X, np.full(m, 0.7)]
+    mu = Xh.T @ (y * s) / s.sum()
+    xmu = Xh @ mu
+    st = ASGDState(d + 1)
+    lam3, eta = 0.05, 0.3  # the scaling grows by 1 / (1 - eta lam3) a step: renormalised every ~770 steps
+    n_renorm, prev_wdiv = 0, 1.0
+    for t in range(2500):
+        order = rng.integers(0, m, size=1)
+        code = _asgd_pass(*parts, 0.7, y, sfac, xmu, mu, order, lam3, 0.02, 0.01, 1.0, eta, 40.0, st.wa, st.scal, True)
+        assert code == 0
+        n_renorm += st.scal[0] < prev_wdiv
+        prev_wdiv = st.scal[0]
+        w = st.weights()
+        direct = w @ mu
+        scale = max(abs(direct), 1e-3 * np.linalg.norm(w) * np.linalg.norm(mu))
+        assert abs(st.scal[5] / st.scal[0] - direct) <= 1e-10 * scale
+    assert n_renorm >= 2
+
+
+def test_asgd_step_is_the_expectation_of_the_two_sample_step(rng):
+    """One step with the exact mean margin w . mu equals the average over j (weights s_j / S) of
+    the paper's two-sample step: the gradient is the exact j-expectation, hence unbiased."""
+    m, d = 30, 4
+    X = rng.normal(size=(m, d))
+    y = np.where(rng.random(m) < 0.5, 1.0, -1.0)
+    s = rng.uniform(0.5, 2.0, size=m)
+    S = s.sum()
+    bias, lam3, l1, l2, eta = 1.0, 0.01, 0.3, 0.2, 0.05
+    Xh = np.c_[X, np.full(m, bias)]
+    mu = Xh.T @ (y * s) / S
+    w0 = rng.normal(size=d + 1)
+    for i in range(m):
+        st = ASGDState(d + 1)
+        st.w[:] = w0
+        st.scal[5] = w0 @ mu
+        _asgd_pass(X, np.zeros(0), np.zeros(0, np.int32), np.zeros(1, np.int32), False, bias, y, m * s / S, Xh @ mu,
+                   mu, np.array([i]), lam3, l1, l2, 1.0, eta, 0.0, st.wa, st.scal, False)
+        zi = y[i] * (Xh[i] @ w0)
+        steps = []
+        for j in range(m):  # the spec's ghat with the second sample j
+            g = (4 * l1 * (Xh[i] @ w0) - 4 * l1 * y[i] * y[j] * (Xh[j] @ w0) - l2 * y[i] - y[i] * (zi <= 1))
+            steps.append(w0 - eta * (lam3 * w0 + (m * s[i] / S) * g * Xh[i]))
+        np.testing.assert_allclose(st.weights(), np.average(steps, axis=0, weights=s), rtol=1e-12, atol=1e-14)
 
 
 def test_asgd_reaches_dcd_accuracy(rng):
@@ -254,6 +312,24 @@ def test_asgd_sparse_equals_dense_and_weights(rng):
     assert np.all(np.isfinite(w)) and st.weight_seen == sw.sum() and ep == 5
 
 
+def test_asgd_in_place_order_without_copy(rng, monkeypatch):
+    """Above the copy budget the rows are visited in place (a fresh permutation each pass): the
+    same estimator (dense == CSR; both paths within 1 % of the optimal objective)."""
+    X, y = _data(rng, m=3000, d=6)
+    X[rng.random(X.shape) < 0.5] = 0
+    s = np.ones(3000)
+    copied = ldm_asgd(X, y, s, 0.1, 0.1, 1.0, random_state=0)
+    monkeypatch.setattr(ldm_solvers, "ASGD_COPY_MAX_BYTES", 0)
+    a = ldm_asgd(X, y, s, 0.1, 0.1, 1.0, random_state=0)
+    b = ldm_asgd(sp.csr_matrix(X), y, s, 0.1, 0.1, 1.0, random_state=0)
+    np.testing.assert_allclose(a[0], b[0], atol=1e-10)
+    assert not np.allclose(a[0], copied[0], atol=1e-6)  # a different visiting order
+    w, b_, *_ = ldm_dcd_linear(X, y, s, 0.1, 0.1, 1.0, tol=1e-8, max_iter=100000)
+    opt = ldm_sgd_objective(np.r_[w, b_], X, y, s, 0.1, 0.1, 1.0, 3000, 1.0)
+    for r in (copied, a):
+        assert opt <= ldm_sgd_objective(np.r_[r[0], r[1]], X, y, s, 0.1, 0.1, 1.0, 3000, 1.0) <= 1.01 * opt
+
+
 def test_asgd_divergence_raises(rng):
     X, y = _data(rng, m=200)
     st = ASGDState(X.shape[1] + 1)
@@ -279,6 +355,29 @@ def test_partial_fit_streaming():
     with pytest.raises(ValueError, match="classes must be passed"):
         LDM().partial_fit(X[:10], y[:10])
     assert not hasattr(LDM(kernel="rbf"), "partial_fit")
+
+
+def test_partial_fit_mean_margin_is_over_all_samples_seen(rng):
+    """Streaming: the mean direction mu (zbar = w . mu) is the weighted mean of y x over every
+    sample seen so far, the same as fit's after one pass over all batches; a state continued
+    from a DCD fit carries that fit's samples."""
+    X, y = _data(rng, m=300, d=5)
+    sw = rng.uniform(0.5, 2.0, size=300)
+    est = LDM(random_state=0)
+    for batch in np.array_split(np.arange(300), 4):
+        est.partial_fit(X[batch], y[batch], classes=[-1.0, 1.0], sample_weight=sw[batch])
+    Xh = np.c_[X, np.ones(300)]
+    expected = Xh.T @ (y * sw) / sw.sum()
+    np.testing.assert_allclose(est._asgd_states[0].mean_direction(), expected, rtol=1e-12, atol=1e-14)
+    fitted = LDM(solver="asgd", max_iter=1, random_state=0).fit(X, y, sample_weight=sw)
+    np.testing.assert_allclose(fitted._asgd_states[0].mean_direction(), expected, rtol=1e-12, atol=1e-14)
+    dcd = LDM(solver="dcd").fit(X, y, sample_weight=sw)
+    st = dcd._asgd_states[0]
+    np.testing.assert_allclose(st.mean_direction(), expected, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(st.weights(), np.r_[dcd.coef_[0], dcd.intercept_])
+    dcd.partial_fit(X[:50], y[:50], sample_weight=sw[:50])
+    both = Xh.T @ (y * sw) + Xh[:50].T @ (y[:50] * sw[:50])
+    np.testing.assert_allclose(st.mean_direction(), both / (sw.sum() + sw[:50].sum()), rtol=1e-12, atol=1e-14)
 
 
 def test_partial_fit_multiclass_and_after_fit():

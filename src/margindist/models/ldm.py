@@ -77,11 +77,14 @@ class LDM(_ProblemwiseFit, BaseMarginClassifier):
           of I + c m X^T X, then a Sherman-Morrison rank-one downdate), the data transformed to
           Z = X L^{-T} (dense, m x (d + 1)) and LIBLINEAR's dual coordinate descent run over
           beta with w maintained (O(d) per step). Set-up O(nnz(X) d + m d^2 + d^3).
-        * ``"asgd"`` (linear only): averaged SGD on F / (C m) (paper Algorithm 2) with the
-          unbiased two-sample gradient, eta_t = eta0 (1 + lambda3 eta0 t)^(-3/4),
-          lambda3 = 1 / (C m), eta0 by a short trial on <= 1000 samples (Bottou's recipe),
-          averaging from step 2 m on; O(nnz) per epoch, sparse friendly, ``max_iter`` epochs.
-          Gives :meth:`partial_fit`.
+        * ``"asgd"`` (linear only): averaged SGD on F / (C m) (paper Algorithm 2),
+          eta_t = eta0 (1 + lambda3 eta0 t)^(-3/4), lambda3 = 1 / (C m), eta0 by a short trial
+          on <= 1000 samples (Bottou's recipe), averaging from step 2 m on; O(nnz) per epoch,
+          sparse friendly, ``max_iter`` epochs. The paper's gradient estimates the mean margin
+          from a second random sample; here the exact mean zbar = w . mu
+          (mu = (1/m) sum_j y_j x_j, maintained in O(1) a step) takes its place: the exact
+          expectation over the second sample, so still unbiased, with less variance and one
+          row read per step. Gives :meth:`partial_fit`.
         * ``"auto"``: kernel -> ``"dcd"``; linear -> ``"dcd"`` (exact) if n_samples <= 50000,
           n_features <= 2000 and the dense Z takes at most 1 GiB, else ``"asgd"`` (the
           paper's large-scale solver; in the benchmarks it matched the DCD solution's test
@@ -273,15 +276,11 @@ class LDM(_ProblemwiseFit, BaseMarginClassifier):
         # keep an averaged-SGD state per sub-problem so that partial_fit continues this fit
         states = []
         if spec.is_linear and all(rows is None for rows, _, _ in problems):
-            S = float(np.sum(sw))
-            for st in self._warm_state["states"]:
+            for st, (_, y_pm, _) in zip(self._warm_state["states"], problems):
                 if st.get("asgd") is not None:
                     states.append(st["asgd"])
                 else:
-                    a = ASGDState(st["v"].shape[0])
-                    a.w[:] = st["v"]
-                    a.weight_seen = S
-                    states.append(a)
+                    states.append(ASGDState.from_weights(st["v"], X, y_pm, sw, self._bias()))
             self._asgd_states = states
         else:
             self._asgd_states = None
@@ -294,8 +293,10 @@ class LDM(_ProblemwiseFit, BaseMarginClassifier):
 
         The first call needs ``classes`` (all labels that will ever appear). The objective is
         that of all samples seen so far: m (S with weights) in lambda3 = 1 / (C m) and in the
-        scaled lambda1, lambda2 is the total seen, so one pass of ``partial_fit`` over the data
-        in batches ends on the objective of ``fit``. Averaging starts after twice the first
+        scaled lambda1, lambda2 is the total seen, and the mean margin is w . mu with mu the
+        (weighted) mean of y x over all samples seen, this batch included, so one pass of
+        ``partial_fit`` over the data in batches ends on the objective of ``fit``. After
+        ``fit``, the samples of that fit count as seen. Averaging starts after twice the first
         batch's size of steps; eta0 comes from a trial on the first batch. Multi-class data
         use one-vs-rest (``multi_class="ovo"`` is not supported here); ``class_weight`` must
         be None or a dict (not "balanced", which needs the whole data).
