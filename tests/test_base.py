@@ -166,6 +166,39 @@ def test_float32_kept_for_linear():
     assert est.decision_function(X.astype(np.float32)).shape == (60,)
 
 
+# ---------------------------------------------------------------- logging
+def test_verbose_is_per_estimator(caplog):
+    """verbose shows a fit's messages without changing the logging configuration."""
+    import logging
+
+    X, y = make_blobs(40, centers=2, random_state=0)
+
+    def messages():
+        out = [r.getMessage() for r in caplog.records if r.name == "margindist"]
+        caplog.clear()
+        return out
+
+    LSSVM(verbose=1).fit(X, y)
+    assert any("LSSVM linear primal" in m for m in messages())
+    LSSVM().fit(X, y)
+    MAMC().fit(X, y)
+    assert messages() == []  # the earlier verbose fit left nothing switched on
+    assert logging.getLogger("margindist").level == logging.NOTSET
+    with caplog.at_level(logging.INFO, logger="margindist"):
+        LSSVM().fit(X, y)  # verbose=0 obeys the user's configuration
+    assert any("LSSVM linear primal" in m for m in messages())
+
+
+def test_verbose_without_logging_configuration_goes_to_stderr():
+    import subprocess
+    import sys
+
+    code = ("import numpy as np; from margindist import LSSVM; X = np.eye(4); y = [0, 1, 0, 1]; "
+            "LSSVM(verbose=1).fit(X, y); LSSVM().fit(X, y)")
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr
+    assert err.count("[margindist] LSSVM linear primal") == 1
+
+
 # ---------------------------------------------------------------- margins and plots
 def test_margins_binary_linear_and_kernel():
     X, y = load_dataset("sonar")

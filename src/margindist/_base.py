@@ -26,6 +26,7 @@ methods.
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass, field
 from itertools import combinations
 
@@ -42,18 +43,66 @@ from .metrics import multiclass_margins
 
 logger = logging.getLogger("margindist")
 
-__all__ = ["BaseMarginClassifier", "BinaryModel", "combined_sample_weight", "get_logger"]
+__all__ = ["BaseMarginClassifier", "BinaryModel", "FitLogger", "combined_sample_weight", "get_logger"]
 
 
-def get_logger(verbose) -> logging.Logger:
-    """The package logger; with ``verbose`` > 0 make sure INFO messages are shown somewhere."""
-    if verbose and not logger.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("[margindist] %(message)s"))
-        logger.addHandler(handler)
-    if verbose:
-        logger.setLevel(logging.DEBUG if verbose > 1 else logging.INFO)
-    return logger
+_STDERR = logging.StreamHandler()
+_STDERR.setFormatter(logging.Formatter("[margindist] %(message)s"))
+
+
+class FitLogger:
+    """The logger an estimator uses during one fit (``get_logger(self.verbose)``).
+
+    Messages go to the ``margindist`` logger. ``verbose`` of an estimator decides what is shown
+    without touching the logging configuration: ``verbose >= 1`` shows INFO messages and
+    ``verbose >= 2`` DEBUG messages of that fit (on stderr when logging is not configured), and
+    with ``verbose=0`` the messages obey the user's configuration of the ``margindist`` logger
+    (by default nothing below WARNING is shown). No global state changes, so one estimator's
+    verbosity never leaks into another's.
+    """
+
+    def __init__(self, verbose=0):
+        self.verbose = int(verbose or 0)
+
+    def isEnabledFor(self, level: int) -> bool:  # noqa: N802 (logging's name)
+        if self.verbose >= 2 or (self.verbose >= 1 and level >= logging.INFO):
+            return True
+        return logger.isEnabledFor(level)
+
+    def log(self, level: int, msg, *args) -> None:
+        forced = self.verbose >= 2 or (self.verbose >= 1 and level >= logging.INFO)
+        if forced:
+            record = logger.makeRecord(logger.name, level, "(margindist)", 0, msg, args, None)
+            if logger.hasHandlers():
+                logger.handle(record) if logger.isEnabledFor(level) else _emit_handlers(record)
+            else:
+                _STDERR.setStream(sys.stderr)  # whatever stderr is now (tests, notebooks redirect it)
+                _STDERR.handle(record)
+        elif logger.isEnabledFor(level):
+            logger.log(level, msg, *args)
+
+    def debug(self, msg, *args) -> None:
+        self.log(logging.DEBUG, msg, *args)
+
+    def info(self, msg, *args) -> None:
+        self.log(logging.INFO, msg, *args)
+
+    def warning(self, msg, *args) -> None:
+        self.log(logging.WARNING, msg, *args)
+
+
+def _emit_handlers(record) -> None:
+    """Pass a record to the handlers of ``margindist`` and its ancestors, bypassing levels."""
+    node = logger
+    while node is not None:
+        for handler in node.handlers:
+            handler.handle(record)
+        node = node.parent if node.propagate else None
+
+
+def get_logger(verbose) -> FitLogger:
+    """The logger of one fit with the estimator's ``verbose`` (see :class:`FitLogger`)."""
+    return FitLogger(verbose)
 
 
 @dataclass
@@ -112,6 +161,21 @@ def _ovo_decision(pair_decisions, pairs, n_classes) -> np.ndarray:
         conf[:, l] += d
         conf[:, k] -= d
     return votes + conf / (3.0 * (np.abs(conf) + 1.0))
+
+
+_LINEAR_ATTRIBUTES = ("coef_",)
+_KERNEL_ATTRIBUTES = ("dual_coef_", "support_", "support_vectors_", "n_support_")
+
+
+def _check_finite_model(est, *arrays):
+    """A solver that overflowed must not leave a silent NaN model behind."""
+    for a in arrays:
+        if not np.all(np.isfinite(a)):
+            raise FloatingPointError(
+                f"{type(est).__name__} produced non-finite coefficients (the solver overflowed). "
+                "Scale the features (e.g. MinMaxScaler or StandardScaler), or use a smaller "
+                "regularisation weight / step size."
+            )
 
 
 class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
@@ -226,13 +290,13 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         else:
             keep, X_fit, y_fit, sw_fit = None, X, y_index, sw
         spec = self._kernel_spec(X_fit, sw_fit)
-        get_logger(getattr(self, "verbose", 0))
-
         K = classes.size
         if self._native_multiclass:
             coef, intercept, n_iter, extra = self._fit_multiclass(X_fit, y_fit, sw_fit, spec)
+            self._drop_attributes(_KERNEL_ATTRIBUTES)
             self.coef_ = np.asarray(coef)
             self.intercept_ = np.asarray(intercept, dtype=self.coef_.dtype)
+            _check_finite_model(self, self.coef_, self.intercept_)
             self.n_iter_ = n_iter
             self._set_extra([extra])
             self._kernel_fit_ = None
@@ -280,13 +344,16 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         self._set_extra([m.extra for m in models])
         intercept = np.array([m.intercept for m in models], dtype=np.float64)
         if models[0].coef is not None:
+            self._drop_attributes(_KERNEL_ATTRIBUTES)
             coef = np.vstack([np.asarray(m.coef).ravel() for m in models])
+            _check_finite_model(self, coef, intercept)
             self.coef_ = coef.astype(X.dtype, copy=False) if X.dtype == np.float32 else coef
             self.intercept_ = intercept.astype(self.coef_.dtype)
             self.weight_norm_ = np.linalg.norm(self.coef_.astype(np.float64), axis=1)
             self._kernel_fit_ = None
             return
         # kernel expansion: map each problem's dual coefficients to global training rows
+        self._drop_attributes(_LINEAR_ATTRIBUTES)
         m = X.shape[0]
         full = np.zeros((P, m))
         for p, (model, (rows, _, _)) in enumerate(zip(models, problems)):
@@ -295,6 +362,7 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
                 full[p] = dc
             else:
                 full[p, rows] = dc
+        _check_finite_model(self, full, intercept)
         support = np.flatnonzero(np.any(full != 0, axis=0))
         self.dual_coef_ = full[:, support]
         self.intercept_ = intercept
@@ -309,6 +377,11 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         # indices into the X given to fit (before weight-0 rows were dropped)
         self.support_ = support if keep is None else keep[support]
         self.n_support_ = np.array([np.count_nonzero(full[p]) for p in range(P)])
+
+    def _drop_attributes(self, names):
+        """Forget fitted attributes of the other model family (e.g. after a kernel change)."""
+        for name in names:
+            self.__dict__.pop(name, None)
 
     def _set_extra(self, extras):
         """Hook: a subclass turns per-problem ``BinaryModel.extra`` dicts into attributes."""

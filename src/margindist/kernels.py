@@ -81,8 +81,14 @@ def _scale_gamma(X, sample_weight=None) -> float:
         Xf = np.asarray(X, dtype=np.float64)
         row_sum, row_sq = Xf.sum(axis=1), np.einsum("ij,ij->i", Xf, Xf)
     total = s.sum() * d
-    mean = (s @ row_sum) / total
-    var = (s @ row_sq) / total - mean**2
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean = (s @ row_sum) / total
+        var = (s @ row_sq) / total - mean**2
+    if not np.isfinite(var):
+        raise ValueError(
+            "gamma='scale': the variance of X overflows in float64 (features too large); "
+            "scale the features or give gamma as a number."
+        )
     return 1.0 / (d * var) if var > 1e-300 else 1.0
 
 
