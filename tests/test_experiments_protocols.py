@@ -191,19 +191,42 @@ def test_cv_search_warm_starts_along_the_last_parameter(rng):
     y = (X[:, 0] > 0).astype(int)
     folds = _folds(y, 3)
     grid = {"c": [0.1, 1.0, 10.0, 100.0]}
+    exact = lambda est: True  # noqa: E731
     _Spy.built = 0
-    cv_search(lambda p: _Spy(**p), grid, X, y, folds, warm_start=True)
+    cv_search(lambda p: _Spy(**p), grid, X, y, folds, warm_start=True, exact_warm_start=exact)
     assert _Spy.built == 3  # one estimator per fold, refitted along the path
     _Spy.built = 0
-    cv_search(lambda p: _Spy(**p), grid, X, y, folds, warm_start=False)
+    cv_search(lambda p: _Spy(**p), grid, X, y, folds, warm_start=False, exact_warm_start=exact)
     assert _Spy.built == 12
     _Spy.built = 0
     # a change of an outer parameter starts a fresh chain
-    cv_search(lambda p: _Spy(**p), {"warm_start": [False, True], **grid}, X, y, folds, warm_start=True)
+    cv_search(lambda p: _Spy(**p), {"warm_start": [False, True], **grid}, X, y, folds, warm_start=True,
+              exact_warm_start=exact)
     assert _Spy.built == 6
+    # no warm starts where a warm refit is not the cold model (path-dependent solvers)
+    for not_exact in (None, lambda est: False):
+        _Spy.built = 0
+        cv_search(lambda p: _Spy(**p), grid, X, y, folds, warm_start=True, exact_warm_start=not_exact)
+        assert _Spy.built == 12
     # a grid point that fails is skipped, the others still compete; a chain restarts after it
-    res = cv_search(lambda p: _Spy(**p), {"c": [-1.0, 1.0, 2.0]}, X, y, folds)
+    res = cv_search(lambda p: _Spy(**p), {"c": [-1.0, 1.0, 2.0]}, X, y, folds, exact_warm_start=exact)
     assert res.n_failed == 3 and np.isnan(res.scores[0]).all()
     assert res.best_params == {"c": 1.0}
     with pytest.raises(RuntimeError, match="every grid point failed"):
         cv_search(lambda p: _Spy(**p), {"c": [-1.0, -2.0]}, X, y, folds)
+
+
+def test_registry_warm_starts_only_exact_solvers():
+    """Warm starts in a grid search only where a warm refit reaches the cold fit's model."""
+    from margindist.experiments.registry import get_method
+
+    def exact(name, **params):
+        info = get_method(name)
+        est = info.build("linear", params, 0)
+        return info.exact_warm_start is not None and bool(info.exact_warm_start(est))
+
+    assert exact("odm") and exact("kmomd") and exact("m3svm") and exact("ldm", solver="dcd")
+    assert not exact("ldm", solver="asgd") and not exact("odm", solver="svrg")
+    assert not exact("margin_pursuit") and not exact("margin_pursuit", solver="gd", tol=None)
+    assert exact("margin_pursuit", solver="gd", tol=1e-6)
+    assert not exact("msvmav") and not exact("pegasos") and not exact("svm")

@@ -172,3 +172,19 @@ def test_store_roundtrip_no_duplicates(tmp_path):
         assert st.get("k1")["params"] == {"C": 1.0} and st.get("k1")["info"] == {"x": [1, 2]}
         assert st.done_keys(["k1", "k2", "k3"]) == {"k1"}
         assert st.delete_configs(["c1"]) == 1 and st.count() == 1 and st.get("k1") is None
+
+
+def test_report_flags_results_of_other_versions():
+    from types import SimpleNamespace
+
+    from margindist import __version__
+    from margindist.experiments.reports import header_lines
+
+    exp = SimpleNamespace(name="x", title="", quick=False, source="", methods=[],
+                          protocol=SimpleNamespace(describe=lambda datasets, searched=True: "p"))
+    plan = SimpleNamespace(datasets=[], runs=[])
+    same = header_lines(exp, plan, records=[{"version": __version__}])
+    assert not any("Mixed versions" in line for line in same)
+    mixed = header_lines(exp, plan, records=[{"version": __version__}, {"version": "0.0.9"}, {"version": "0.0.9"}])
+    line = next(line for line in mixed if "Mixed versions" in line)
+    assert "0.0.9 (2 results)" in line and f"{__version__} (1 results)" in line

@@ -212,3 +212,28 @@ def test_sklearn_baselines_and_margins():
     assert m is None and "binary" in note
     with pytest.raises(UnsupportedError):
         get_method("lr").build("rbf")
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_every_preset_plans_strictly(quick):
+    """Every method of every preset exists and takes the preset's parameters (a typo in a grid
+    would otherwise silently drop the method), and the protocols are the papers'."""
+    from margindist.experiments.presets import get_preset, list_presets
+    from margindist.experiments.runner import plan_experiment
+
+    for name in list_presets():
+        exp = get_preset(name, quick=quick)
+        plan = plan_experiment(exp, strict=True)
+        assert not plan.skipped_methods, (name, plan.skipped_methods)
+        assert plan.datasets, name
+    if quick:
+        return
+    protocols = {name: get_preset(name).protocol for name in list_presets()}
+    assert protocols["msvmav-linear"].n_repeats == 30 and protocols["msvmav-linear"].cv_folds == 5
+    assert protocols["msvmav-linear"].train_size == 0.8
+    assert protocols["ldm-rbf"].n_repeats == 30 and protocols["ldm-rbf"].train_size == 0.5
+    assert protocols["kmomd-raetsch"].n_repeats == 100 and protocols["kmomd-raetsch"].selection == "median_first"
+    assert protocols["m3svm"].n_folds == 5 and protocols["m3svm"].n_repeats == 10
+    assert protocols["margin-pursuit"].n_repeats == 25
+    grid = get_preset("msvmav-linear").methods[0].grid
+    assert len(grid["alpha"]) == len(grid["beta"]) == 11 and min(grid["alpha"]) == 2.0**-10

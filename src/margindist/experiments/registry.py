@@ -74,6 +74,11 @@ class MethodInfo:
     kernels: tuple | None = None  # None: any kernel the class takes, or linear only
     aliases: dict = field(default_factory=dict)
     builder: object = None
+    #: est -> bool: a warm-started refit (``warm_start=True``, one parameter changed) converges
+    #: to the same model as a cold fit, up to the solver's tolerance, so a CV search may walk a
+    #: grid with warm starts. None: never warm-start (path-dependent or fixed-budget solvers:
+    #: SGD, ASGD, a fixed number of iterations).
+    exact_warm_start: object = None
 
     # ---------------------------------------------------------------- availability
     def status(self) -> tuple[bool, str]:
@@ -348,6 +353,15 @@ def _register(info: MethodInfo):
     _REGISTRY[info.name] = info
 
 
+_EXACT_WARM_START = {
+    # deterministic solvers run to their tolerance on a convex problem with a unique optimum
+    "odm": lambda est: est.solver != "svrg",
+    "ldm": lambda est: est.solver == "dcd" or (est.solver == "auto" and est.kernel != "linear"),
+    "m3svm": lambda est: est.solver == "lbfgs",
+    "kmomd": lambda est: True,
+    "margin_pursuit": lambda est: est.solver == "gd" and est.tol is not None,
+}
+
 for _name, _target, _desc in [
     ("msvmav", "margindist.models.msvmav:MSVMAv", "MSVMAv: average margin up, semi-variance down (Qian et al. 2022)"),
     ("odm", "margindist.models.odm:ODM", "Optimal margin Distribution Machine (Zhang & Zhou 2019)"),
@@ -359,7 +373,7 @@ for _name, _target, _desc in [
     ("lssvm", "margindist.models.lssvm:LSSVM", "least-squares SVM (Suykens et al. 2002)"),
     ("fmm", "margindist.models.fmm:FMM", "fast margin maximisation (Ji et al. 2021)"),
 ]:
-    _register(MethodInfo(_name, _desc, target=_target))
+    _register(MethodInfo(_name, _desc, target=_target, exact_warm_start=_EXACT_WARM_START.get(_name)))
 
 _register(MethodInfo("svm", "scikit-learn LinearSVC / SVC", family="scikit-learn", builder=_svm,
                      kernels=("linear", "rbf", "poly", "sigmoid")))

@@ -489,7 +489,7 @@ def _quick_banner(exp) -> str:
             "pipeline in minutes. Its numbers are not the paper's protocol; run without `--quick` for that.")
 
 
-def header_lines(exp, plan, outcome=None, command=None) -> list:
+def header_lines(exp, plan, outcome=None, command=None, records=()) -> list:
     lines = [f"# {exp.name}: {exp.title}" if exp.title else f"# {exp.name}", ""]
     if exp.quick:
         lines += [_quick_banner(exp), ""]
@@ -502,6 +502,12 @@ def header_lines(exp, plan, outcome=None, command=None) -> list:
     if command:
         lines.append(f"- Command: `{command}`")
     lines.append(f"- margindist {__version__}, written {time.strftime('%Y-%m-%d %H:%M:%S')}")
+    versions = sorted({str(r.get("version")) for r in records if r.get("version")})
+    if versions and versions != [__version__]:
+        counts = {v: sum(1 for r in records if str(r.get("version")) == v) for v in versions}
+        lines.append("- **Mixed versions**: the stored results come from margindist "
+                     + ", ".join(f"{v} ({n} results)" for v, n in counts.items())
+                     + "; re-run with --force to recompute them all with this version")
     if outcome is not None:
         lines.append(f"- Tasks: {outcome.n_planned} evaluations stored for this table, {outcome.n_executed} "
                      f"computed in this run ({outcome.elapsed:.1f} s), {outcome.n_failed} failed")
@@ -555,7 +561,7 @@ def write_reports(exp, plan, records, out_dir, outcome=None, command=None):
         figs.append(("train_time.png", "mean training time per method and dataset"))
     files += figs
 
-    lines = header_lines(exp, plan, outcome, command)
+    lines = header_lines(exp, plan, outcome, command, records)
     lines += ["", "## Results", "", table_md, "", leg, ""]
     skipped = skipped_lines(exp, plan)
     if skipped:

@@ -211,7 +211,8 @@ def _run_task(task: Task, rec: dict) -> None:
     info = get_method(run.method)
     fixed = run.fixed_for(ds.name)
     est_seed = derive_seed(p.seed, "estimator", ds.name, run.name, task.split)
-    grid = resolve_grid(run.grid, data.X_train, data.n_features, derive_seed(p.seed, "grid", ds.name, task.split))
+    grid = resolve_grid(run.grid, data.X_train, data.n_features, derive_seed(p.seed, "grid", ds.name, task.split),
+                        n_classes=np.unique(data.y_train).size)
 
     def build(params):
         return info.build(run.kernel, {**fixed, **params}, est_seed)
@@ -223,7 +224,8 @@ def _run_task(task: Task, rec: dict) -> None:
         extra["choice_source"] = "given"
     elif len(points) > 1:
         folds = _inner_folds(data.y_train, p.cv_folds, derive_seed(p.seed, "cv", ds.name, task.split))
-        res = cv_search(build, grid, data.X_train, data.y_train, folds, warm_start=p.warm_start)
+        res = cv_search(build, grid, data.X_train, data.y_train, folds, warm_start=p.warm_start,
+                        exact_warm_start=info.exact_warm_start)
         choice = res.best_index
         rec["cv_time"] = res.time
         extra.update(cv_score=res.best_score, cv_failed=res.n_failed, cv_warnings=res.n_warnings,

@@ -23,7 +23,7 @@ import numpy as np
 
 __all__ = ["Scaled", "pow2", "grid_points", "resolve_grid", "cv_search", "grid_to_dict", "SearchResult"]
 
-RULES = ("per_feature", "rbf_width")
+RULES = ("per_feature", "rbf_width", "per_class")
 
 
 def pow2(lo: int, hi: int, step: int = 1) -> tuple:
@@ -40,6 +40,9 @@ class Scaled:
     exp(-gamma ||x - z||^2). ``rule="rbf_width"``: the Gaussian width sigma = factor * s,
     s the average Euclidean distance between training instances (on at most 1000 of them),
     turned into gamma = 1 / (2 sigma^2) (the LDM paper's {2^-2 s, ..., 2^2 s}).
+    ``rule="per_class"``: value = factor * K (K the number of classes of the training part): a
+    regularisation weight given on a per-class scale, such as the M3SVM authors' lam, which is
+    1.6 K times smaller than the lam of the paper's Eq. 25 (see ``M3SVM``).
     """
 
     factors: tuple
@@ -50,10 +53,14 @@ class Scaled:
         if self.rule not in RULES:
             raise ValueError(f"Scaled rule must be one of {RULES}; got {self.rule!r}.")
 
-    def resolve(self, X, n_features: int, seed: int) -> list:
+    def resolve(self, X, n_features: int, seed: int, n_classes: int | None = None) -> list:
         f = np.asarray(self.factors, dtype=np.float64)
         if self.rule == "per_feature":
             return [float(v) for v in f / n_features]
+        if self.rule == "per_class":
+            if n_classes is None:
+                raise ValueError("a per-class grid needs the number of classes.")
+            return [float(v) for v in f * n_classes]
         s = mean_distance(X, seed)
         return [float(1.0 / (2.0 * (v * s) ** 2)) for v in f]
 
@@ -73,7 +80,11 @@ class Scaled:
                 rng = ", ".join(f"2^{int(k)}" for k in ks)
         else:
             rng = ", ".join(f"{v:g}" for v in self.factors)
-        return f"{{{rng}}}/d" if self.rule == "per_feature" else f"gamma=1/(2 (f s)^2), f in {{{rng}}}"
+        if self.rule == "per_feature":
+            return f"{{{rng}}}/d"
+        if self.rule == "per_class":
+            return f"K x {{{rng}}}"
+        return f"gamma=1/(2 (f s)^2), f in {{{rng}}}"
 
 
 def mean_distance(X, seed: int, max_points: int = 1000) -> float:
@@ -98,9 +109,10 @@ def grid_to_dict(grid: dict) -> list:
     return out
 
 
-def resolve_grid(grid: dict, X, n_features: int, seed: int) -> dict:
+def resolve_grid(grid: dict, X, n_features: int, seed: int, n_classes: int | None = None) -> dict:
     """The grid with every :class:`Scaled` entry turned into values for this training set."""
-    return {k: (v.resolve(X, n_features, seed) if isinstance(v, Scaled) else list(v)) for k, v in grid.items()}
+    return {k: (v.resolve(X, n_features, seed, n_classes) if isinstance(v, Scaled) else list(v))
+            for k, v in grid.items()}
 
 
 def grid_points(grid: dict) -> list[tuple]:
@@ -130,17 +142,18 @@ class SearchResult:
     errors: list = field(default_factory=list)
 
 
-def _can_warm_start(est, key) -> bool:
-    """The estimator refits from its last solution and takes ``key`` under that name."""
+def _can_warm_start(est, key, exact) -> bool:
+    """The estimator refits from its last solution, takes ``key`` under that name, and a warm
+    refit reaches the same model as a cold one (``exact(est)``)."""
     params = est.get_params(deep=False)
-    return bool(params.get("warm_start")) and key in params
+    return bool(params.get("warm_start")) and key in params and exact is not None and bool(exact(est))
 
 
 def _accuracy(est, X, y) -> float:
     return float(np.mean(est.predict(X) == y))
 
 
-def cv_search(build, grid: dict, X, y, folds, *, warm_start=True) -> SearchResult:
+def cv_search(build, grid: dict, X, y, folds, *, warm_start=True, exact_warm_start=None) -> SearchResult:
     """Choose the grid point with the best mean accuracy over ``folds``.
 
     Parameters
@@ -150,7 +163,12 @@ def cv_search(build, grid: dict, X, y, folds, *, warm_start=True) -> SearchResul
     X, y : the training part
     folds : list of (train_idx, val_idx)
     warm_start : bool
-        Walk the last parameter with warm starts when the estimator supports them.
+        Walk the last parameter with warm starts where that is exact.
+    exact_warm_start : callable(est) -> bool, optional
+        Whether a warm-started refit of ``est`` converges to the cold fit's model (the
+        registry's ``MethodInfo.exact_warm_start``). Without it, no warm starts: for SGD-type
+        or fixed-budget solvers a warm-started grid point is a different model from the cold
+        refit that is finally evaluated, which would bias the choice.
     """
     t0 = time.perf_counter()
     points = grid_points(grid)
@@ -165,7 +183,7 @@ def cv_search(build, grid: dict, X, y, folds, *, warm_start=True) -> SearchResul
             params = point_params(grid, idx)
             reuse = (
                 warm_start and est is not None and prev is not None and len(keys) > 0
-                and prev[:-1] == idx[:-1] and _can_warm_start(est, keys[-1])
+                and prev[:-1] == idx[:-1] and _can_warm_start(est, keys[-1], exact_warm_start)
             )
             try:
                 with warnings.catch_warnings(record=True) as caught:
@@ -174,7 +192,8 @@ def cv_search(build, grid: dict, X, y, folds, *, warm_start=True) -> SearchResul
                         est.set_params(**{keys[-1]: params[keys[-1]]})
                     else:
                         est = build(params)
-                        if warm_start and "warm_start" in est.get_params():
+                        if (warm_start and "warm_start" in est.get_params() and exact_warm_start is not None
+                                and exact_warm_start(est)):
                             est.set_params(warm_start=True)
                     est.fit(Xtr, ytr)
                     scores[p, f] = _accuracy(est, Xva, yva)
