@@ -437,3 +437,27 @@ def test_gd_passes_the_checks_that_the_stochastic_default_cannot():
     assert set(MarginPursuit._expected_failed_checks) == {
         "check_sample_weight_equivalence_on_dense_data", "check_sample_weight_equivalence_on_sparse_data",
         "check_class_weight_classifiers"}
+
+
+def test_warm_start_uses_the_radius_of_the_current_lam():
+    """After set_params(lam=...), a warm refit projects on the new lam's ball, not the old one."""
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.preprocessing import MinMaxScaler
+
+    from margindist.solvers.margin_pursuit import projection_radius
+
+    X, y = load_breast_cancer(return_X_y=True)
+    X = MinMaxScaler().fit_transform(X)
+    est = MarginPursuit(lam=0.1, warm_start=True, random_state=0, max_iter=5, tol=None).fit(X, y)
+    old_r = projection_radius(est.scale_, 1.0, 0.1, "catoni_giulini")
+    est.set_params(lam=1e-4).fit(X, y)
+    norm = np.hypot(np.linalg.norm(est.coef_), est.intercept_[0])
+    new_r = projection_radius(est.scale_, 1.0, 1e-4, "catoni_giulini")
+    assert norm <= new_r * (1 + 1e-12)
+    assert norm > 1.5 * old_r  # no longer pinned to the ball of lam = 0.1
+    # switching the multi-class reduction starts afresh (ovr states are not ovo states)
+    Xm, ym = load_iris(return_X_y=True)
+    a = MarginPursuit(warm_start=True, random_state=0, max_iter=3, tol=None).fit(Xm, ym)
+    a.set_params(multi_class="ovo").fit(Xm, ym)
+    b = MarginPursuit(multi_class="ovo", random_state=0, max_iter=3, tol=None).fit(Xm, ym)
+    np.testing.assert_allclose(a.coef_, b.coef_)

@@ -251,10 +251,12 @@ class MarginPursuit(BaseMarginClassifier):
         return sgd_init(d, scale=self._initial_scale(total_weight), margin=self.margin, lam=self.lam,
                         influence=self.influence, average=self.average, seed=seed)
 
-    def _warm_states(self, n_features, n_problems):
+    def _warm_states(self, n_features, problems):
+        n_problems = len(problems)
         states = getattr(self, "_states_", None)
         if (not self.warm_start or states is None or len(states) != n_problems
-                or getattr(self, "_states_solver_", None) != self.solver):
+                or getattr(self, "_states_solver_", None) != self.solver
+                or getattr(self, "_states_problems_", None) != [cls for _, _, cls in problems]):
             return [None] * n_problems
         if any(s is not None and s["w"].shape[0] != n_features for s in states):
             return [None] * n_problems
@@ -263,7 +265,8 @@ class MarginPursuit(BaseMarginClassifier):
     # ------------------------------------------------------------------ fit
     def _fit_problems(self, X, y_index, sw, spec, problems):
         seeds = check_random_state(self.random_state).randint(np.iinfo(np.int32).max, size=len(problems))
-        warm = self._warm_states(X.shape[1], len(problems))
+        warm = self._warm_states(X.shape[1], problems)
+        self._states_problems_ = [cls for _, _, cls in problems]
 
         def one(p, rows, y_pm):
             if rows is None:

@@ -751,6 +751,11 @@ def sgd_passes(X, y, sample_weight, state, *, n_passes, margin, lam, influence="
                    state.avg_count], dtype=np.float64)
     if state.rng is None:
         state.rng = np.random.default_rng()
+    if project:  # lam, margin or the influence may have changed since the state was made
+        state.radius = projection_radius(state.scale, margin, lam, influence)
+        _project(state)
+        st[1] = state.b
+        st[2] = float(state.w @ state.w) + state.b**2
     rng = state.rng
     best = math.inf
     no_improve = 0
