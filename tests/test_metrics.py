@@ -43,6 +43,11 @@ def test_weights_equal_repeats():
     s_w, s_r = margin_stats(M, sample_weight=w), margin_stats(rep)
     for key in ("mean", "variance", "semivariance", "bound_term", "frac_negative"):
         assert s_w[key] == pytest.approx(s_r[key])
+    # weighted quantiles: the inverted-CDF rule, as on the repeated margins
+    qs = (0.0, 0.1, 0.25, 0.5, 0.6, 0.75, 1.0)
+    s_w = margin_stats(M, quantiles=qs, sample_weight=w)
+    for q in qs:
+        assert s_w[f"q{q:g}"] == np.quantile(rep, q, method="inverted_cdf")
 
 
 def test_normalized_margins():

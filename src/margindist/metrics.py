@@ -111,7 +111,10 @@ def margin_stats(margins, quantiles=(0.05, 0.25, 0.5, 0.75, 0.95), *, sample_wei
     dict with keys ``n``, ``min``, ``max``, ``mean``, ``std``, ``variance`` (population
     variance, 1/n), ``semivariance`` (see :func:`semivariance`), ``bound_term`` (SV/theta^2,
     see :func:`msvmav_bound_term`), ``frac_negative`` (training error for training margins)
-    and ``q<p>`` for each requested quantile (e.g. ``q0.5`` the median).
+    and ``q<p>`` for each requested quantile (e.g. ``q0.5`` the median). Without weights the
+    quantiles interpolate linearly (numpy's default); with ``sample_weight`` they are the
+    weighted inverted-CDF quantiles (the smallest margin whose cumulative weight reaches q),
+    which equal the same rule on margins repeated by integer weights.
     """
     m = _as_margins(margins)
     w = np.ones_like(m) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64).ravel()
@@ -128,8 +131,14 @@ def margin_stats(margins, quantiles=(0.05, 0.25, 0.5, 0.75, 0.95), *, sample_wei
         "bound_term": msvmav_bound_term(m, sample_weight=w),
         "frac_negative": float(np.average(m < 0, weights=w)),
     }
+    order = np.argsort(m, kind="stable")
+    cum = np.cumsum(w[order])
     for q in quantiles:
         if not 0 <= q <= 1:
             raise ValueError(f"quantiles must lie in [0, 1]; got {q}.")
-        out[f"q{q:g}"] = float(np.quantile(m, q))
+        if sample_weight is None:
+            out[f"q{q:g}"] = float(np.quantile(m, q))
+        else:
+            k = min(int(np.searchsorted(cum, q * cum[-1], side="left")), m.size - 1)
+            out[f"q{q:g}"] = float(m[order][k])
     return out
