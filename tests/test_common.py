@@ -2,7 +2,8 @@
 
 Estimators are discovered from the ``margindist.models`` package, so a new estimator module is
 covered without editing this file. Each estimator is checked with its defaults and, when it
-takes a ``kernel``, with ``kernel="rbf"`` and ``kernel="precomputed"`` as well. An estimator
+takes a ``kernel``, with each of ``"linear"``, ``"rbf"`` and ``"precomputed"`` that is not its
+default. An estimator
 lists the checks it is known to fail, each with its reason, in a class attribute
 ``_expected_failed_checks = {"check_name": "reason"}``.
 """
@@ -39,7 +40,7 @@ def estimator_instances():
         out.append(est)
         params = est.get_params()
         if "kernel" in params:
-            out.extend(cls(kernel=k) for k in ("rbf", "precomputed") if params["kernel"] != k)
+            out.extend(cls(kernel=k) for k in ("linear", "rbf", "precomputed") if params["kernel"] != k)
     return out
 
 
