@@ -45,7 +45,12 @@ from numba import njit
 from sklearn.exceptions import ConvergenceWarning
 
 from ..kernels import KernelRowCache
+from . import dcd
 from .dcd import _xorshift, csr_parts, dcd_kernel, dcd_linear, row_sq_norms, seed_from
+
+# the row kernels of dcd, inlined into the loops below (called, each costs twice the row's work)
+_row_dot = njit(inline="always")(dcd._row_dot.py_func)
+_row_axpy = njit(inline="always")(dcd._row_axpy.py_func)
 
 __all__ = [
     "odm_band_loss",
@@ -160,37 +165,17 @@ def odm_dcd_kernel(cache: KernelRowCache | None, y, sample_weight, lam=1.0, mu=0
 @njit(cache=True)
 def _xv(Xd, data, indices, indptr, sparse, bias, v, out):
     """out = Xh v (v of length d + 1)."""
-    d = v.shape[0] - 1
-    m = out.shape[0]
-    for i in range(m):
-        acc = 0.0
-        if sparse:
-            for t in range(indptr[i], indptr[i + 1]):
-                acc += v[indices[t]] * data[t]
-        else:
-            for f in range(d):
-                acc += v[f] * Xd[i, f]
-        out[i] = acc + v[d] * bias
+    for i in range(out.shape[0]):
+        out[i] = _row_dot(Xd, data, indices, indptr, sparse, i, v, bias)
 
 
 @njit(cache=True)
 def _xtr(Xd, data, indices, indptr, sparse, bias, r, out):
     """out = Xh^T r (out of length d + 1)."""
-    d = out.shape[0] - 1
     out[:] = 0.0
-    tot = 0.0
     for i in range(r.shape[0]):
-        ri = r[i]
-        if ri == 0.0:
-            continue
-        tot += ri
-        if sparse:
-            for t in range(indptr[i], indptr[i + 1]):
-                out[indices[t]] += ri * data[t]
-        else:
-            for f in range(d):
-                out[f] += ri * Xd[i, f]
-    out[d] = tot * bias
+        if r[i] != 0.0:
+            _row_axpy(Xd, data, indices, indptr, sparse, i, r[i], out, bias)
 
 
 class _Design:
@@ -214,6 +199,16 @@ class _Design:
 
 def _odm_grad(v, z, A: _Design, y, c, mu, theta):
     return v + A.xtr(y * c * odm_band_loss_grad(z, mu, theta))
+
+
+def _warn_max_iter(method, tol, max_iter, unit, remedy):
+    """The ConvergenceWarning of the primal solvers (stacklevel: the caller of the solver)."""
+    warnings.warn(
+        f"ODM: {method} did not reach tol={tol:g} in max_iter={max_iter} {unit}. Increase max_iter, "
+        f"loosen tol, or {remedy}.",
+        ConvergenceWarning,
+        stacklevel=3,
+    )
 
 
 # ----------------------------------------------------------------------------- Newton
@@ -311,12 +306,7 @@ def odm_newton(X, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0, tol
         if log is not None:
             log.debug("ODM Newton it %d |g| %.3e cg %d step %.3g", it, gnorm, n_cg, t)
     if not converged:
-        warnings.warn(
-            f"ODM: Newton's method did not reach tol={tol:g} in max_iter={max_iter} iterations. "
-            "Increase max_iter, loosen tol, or scale the features.",
-            ConvergenceWarning,
-            stacklevel=2,
-        )
+        _warn_max_iter("Newton's method", tol, max_iter, "iterations", "scale the features")
     return v[:-1].copy(), float(bias * v[-1]), it
 
 
@@ -336,14 +326,7 @@ def _svrg_epoch(Xd, data, indices, indptr, sparse, bias, y, cm, mu, theta, r, xr
     Bc = 0.0
     for _ in range(n_steps):
         i = np.int64(_xorshift(rng) % np.uint64(m))
-        acc = 0.0
-        if sparse:
-            for t in range(indptr[i], indptr[i + 1]):
-                acc += v[indices[t]] * data[t]
-        else:
-            for f in range(d):
-                acc += v[f] * Xd[i, f]
-        acc += v[d] * bias
+        acc = _row_dot(Xd, data, indices, indptr, sparse, i, v, bias)
         zi = y[i] * (A * acc + Bc * xr[i])
         if zi < 1.0 - theta:
             dl = -2.0 * (1.0 - theta - zi)
@@ -355,6 +338,7 @@ def _svrg_epoch(Xd, data, indices, indptr, sparse, bias, y, cm, mu, theta, r, xr
         A *= 1.0 - eta
         Bc = (1.0 - eta) * Bc + eta
         if delta != 0.0:
+            # written out: through _row_axpy this step measured 15 % slower (dense rows)
             coef = -eta * delta / A
             if sparse:
                 for t in range(indptr[i], indptr[i + 1]):
@@ -418,10 +402,5 @@ def odm_svrg(X, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0, tol=1
         if log is not None:
             log.debug("ODM SVRG epoch %d |g| %.3e", it, gnorm)
     if not converged:
-        warnings.warn(
-            f"ODM: SVRG did not reach tol={tol:g} in max_iter={max_iter} epochs. Increase "
-            "max_iter, loosen tol, or use solver='dcd' / 'newton'.",
-            ConvergenceWarning,
-            stacklevel=2,
-        )
+        _warn_max_iter("SVRG", tol, max_iter, "epochs", "use solver='dcd' / 'newton'")
     return w[:-1].copy(), float(bias * w[-1]), it
