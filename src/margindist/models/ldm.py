@@ -16,6 +16,7 @@ from .._base import BaseMarginClassifier, BinaryModel, combined_sample_weight, g
 from .._params import CACHE_SIZE, KERNEL_PARAMS, MULTICLASS_PARAMS, NON_NEGATIVE, POSITIVE, RANDOM_STATE, VERBOSE
 from ..kernels import kernel_matrix
 from ..solvers.ldm import ASGDState, LDMKernelBase, LDMLinearFactor, ldm_asgd, ldm_dcd_kernel, ldm_dcd_linear
+from ._init_args import store_init_args
 from .odm import _ProblemwiseFit
 
 #: solver="auto" on a linear problem: the dual DCD needs the dense transformed data
@@ -163,24 +164,7 @@ class LDM(_ProblemwiseFit, BaseMarginClassifier):
                  coef0=0.0, solver="auto", tol=1e-2, max_iter=None, fit_intercept=True, cache_size=200,
                  warm_start=False, class_weight=None, multi_class="ovr", n_jobs=None, random_state=None,
                  verbose=0):
-        self.lambda1 = lambda1
-        self.lambda2 = lambda2
-        self.C = C
-        self.kernel = kernel
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.solver = solver
-        self.tol = tol
-        self.max_iter = max_iter
-        self.fit_intercept = fit_intercept
-        self.cache_size = cache_size
-        self.warm_start = warm_start
-        self.class_weight = class_weight
-        self.multi_class = multi_class
-        self.n_jobs = n_jobs
-        self.random_state = random_state
-        self.verbose = verbose
+        store_init_args(self, locals())
 
     # ------------------------------------------------------------------ solver choice
     def _resolve_solver(self, X, kernel):
