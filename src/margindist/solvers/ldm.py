@@ -550,7 +550,7 @@ def _xh_dot(X, v, bias):
 #: ldm_asgd stores the rows in a random order (a copy of X) when X takes at most this many
 #: bytes, and each pass visits blocks of _ASGD_BLOCK consecutive stored rows in a fresh
 #: random order: nearly sequential reads (a pass over rows visited in a random order in place
-#: takes 2-3 times as long) and reshuffled passes (reusing one order for every pass ended 2 %
+#: takes 2-3 times as long) and reshuffled passes (reusing one order for every pass ended 2.5 %
 #: higher in objective on sparse data). Above it the rows of X are visited in a fresh random
 #: order each pass, in place.
 ASGD_COPY_MAX_BYTES = 2**30
