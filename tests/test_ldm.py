@@ -147,9 +147,12 @@ def test_linear_path_equals_kernel_path_and_csr():
     np.testing.assert_allclose(pre.decision_function(X @ X.T), lin.decision_function(X), atol=1e-6)
     Xs = X.copy()
     Xs[Xs < 0.4] = 0.0
-    a = LDM(**kw).fit(Xs, y)
-    b = LDM(**kw).fit(sp.csr_matrix(Xs), y)
+    a = LDM(solver="dcd", **kw).fit(Xs, y)
+    b = LDM(solver="dcd", **kw).fit(sp.csr_matrix(Xs), y)
     np.testing.assert_allclose(a.coef_, b.coef_, atol=1e-7)
+    # "auto" keeps sparse input sparse: the ASGD path (the DCD path builds a dense transform)
+    assert LDM()._resolve_solver(sp.csr_matrix(Xs), LDM()._kernel_spec(Xs)) == "asgd"
+    assert LDM()._resolve_solver(Xs, LDM()._kernel_spec(Xs)) == "dcd"
     f32 = LDM(**kw).fit(Xs.astype(np.float32), y)
     assert f32.coef_.dtype == np.float32
     np.testing.assert_allclose(f32.coef_, a.coef_, atol=1e-3)
