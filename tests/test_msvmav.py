@@ -573,3 +573,112 @@ def test_eigendecomposition_cache_reuse_gives_identical_models():
     assert np.array_equal(a.dual_coef_, b.dual_coef_)
     MSVMAv(alpha=2.0, beta=0.5, **kw).fit(X, y, sample_weight=np.full(y.size, 2.0))  # new key
     assert len(solver._EIG_CACHE) == 2
+
+
+# --------------------------------------------------------------------------------------
+# conjugate-gradient state: row copy with stale / extra rows, maintained products, start
+# --------------------------------------------------------------------------------------
+
+
+def _cg_problem(sparse, intercept=True, n=300, p=40, seed=11):
+    rng = np.random.default_rng(seed)
+    B = rng.random((n, p)) * (rng.random((n, p)) < 0.3)
+    r = rng.choice([-1.0, 1.0], n)
+    s = rng.uniform(0.5, 2.0, n)
+    D = Design(sp.csr_matrix(B) if sparse else B, r, intercept=intercept)
+    Z = r[:, None] * (np.hstack([B, np.ones((n, 1))]) if intercept else B)
+    return D, Z, s, rng
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("intercept", [False, True])
+def test_cg_system_follows_active_set_exactly(sparse, intercept):
+    """Products through the stale copy + extra rows, g, diag(G), the mean direction and the
+    window's maintained H-products all equal direct computations while A wanders, across
+    rebuilds of the copy."""
+    from margindist.solvers.msvmav import _CGSystem
+
+    D, Z, s, rng = _cg_problem(sparse, intercept)
+    n, d = Z.shape
+    P = 1.0 + rng.random(d)
+    nb = 7.0
+    cgs = _CGSystem(D, s, P, nb)
+    A = rng.random(n) < 0.5
+    prev = np.zeros(n, dtype=bool)
+    rebuilds = 0
+    for step in range(40):
+        diff = np.flatnonzero(A != prev)
+        old_pos = cgs.pos.copy()
+        cgs.move(A, diff[A[diff]], diff[~A[diff]])
+        rebuilds += step > 0 and not np.array_equal(old_pos, cgs.pos)
+        H = np.diag(P) + (Z[A].T * s[A]) @ Z[A] / nb
+        v = rng.standard_normal(d)
+        assert np.allclose(cgs.matvec(v), H @ v, rtol=0, atol=1e-12 * np.abs(H @ v).max())
+        assert np.allclose(cgs.g, Z[A].T @ s[A], atol=1e-10)
+        assert np.allclose(cgs.diagG, (Z[A] ** 2).T @ s[A], atol=1e-10)
+        assert np.allclose(cgs.t, Z[A].T @ (s[A] * D.r[A]), atol=1e-10)
+        for j in range(cgs.k):  # the window's products follow H
+            assert np.allclose(cgs.HW[:, j], H @ cgs.W[:, j], atol=1e-10 * np.abs(H).max())
+        b = rng.standard_normal(d)
+        x, r0 = cgs._start(b)
+        assert np.allclose(r0, b - H @ x, atol=1e-10 * np.linalg.norm(b))
+        if cgs.k:  # Galerkin: no worse in the energy norm than the newest solution, scaled
+            x_star = np.linalg.solve(H, b)
+            w0 = cgs.W[:, 0] * (cgs.W[:, 0] @ b) / (cgs.W[:, 0] @ H @ cgs.W[:, 0])
+
+            def energy(v):
+                return (v - x_star) @ H @ (v - x_star)
+
+            assert energy(x) <= energy(w0) * (1 + 1e-8) + 1e-20
+        x, _, done = cgs.solve(b, 1e-12, 1000)
+        assert done and np.linalg.norm(H @ x - b) <= 1e-11 * np.linalg.norm(b)
+        prev = A
+        A = A.copy()
+        flip = rng.choice(n, 3 if step % 10 else 40, replace=False)  # mostly small changes
+        A[flip] = ~A[flip]
+    assert rebuilds > 0  # the copy was rebuilt at least once along the way
+
+
+@pytest.mark.parametrize("intercept", [False, True])
+def test_cg_preconditioner_is_inverse_of_diagonal_plus_mean(intercept):
+    from margindist.solvers.msvmav import _CGSystem
+
+    D, Z, s, rng = _cg_problem(True, intercept)
+    n, d = Z.shape
+    P, nb = np.ones(d), 3.0
+    cgs = _CGSystem(D, s, P, nb)
+    A = rng.random(n) < 0.6
+    cgs.move(A, np.flatnonzero(A), np.empty(0, dtype=np.int64))
+    t = Z[A].T @ (s[A] * D.r[A])
+    tau = s[A] @ D.r[A] ** 2
+    diag_cov = (Z[A] ** 2).T @ s[A] - t * t / tau
+    assert np.all(diag_cov >= -1e-12)
+    M = np.diag(P + diag_cov / nb) + np.outer(t, t) / (tau * nb)
+    v = rng.standard_normal(d)
+    assert np.allclose(cgs._preconditioner()(v), np.linalg.solve(M, v), rtol=1e-10, atol=1e-12)
+    if intercept:  # the bias row of M is H's
+        H = np.diag(P) + (Z[A].T * s[A]) @ Z[A] / nb
+        assert np.allclose(M[-1], H[-1], rtol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_sparse_cg_steps_match_direct_solves():
+    """Sparse X through the CG scheme (weights, intercept): every semi-variance step equals the
+    dense direct solve, and the model equals the dense direct scheme's."""
+    rng = np.random.default_rng(12)
+    X = sp.random(500, 300, density=0.05, format="csr", random_state=3)
+    y = np.where(X @ rng.standard_normal(300) + 0.1 * rng.standard_normal(500) > 0, 1.0, -1.0)
+    s = rng.uniform(0.5, 2.0, 500)
+    Z = y[:, None] * np.hstack([X.toarray(), np.ones((500, 1))])
+    errs = []
+
+    def check(info):
+        A = info["active"]
+        H = np.eye(Z.shape[1]) + (Z[A].T * s[A]) @ Z[A] / info["nb"]
+        w_direct = np.linalg.solve(H, info["theta"] / info["nb"] * (Z[A].T @ s[A]) + info["w_prev"])
+        errs.append(np.linalg.norm(info["w_half"] - w_direct) / np.linalg.norm(w_direct))
+
+    c1, b1, r1 = msvmav_linear(X, y, s, 8.0, 0.125, max_iter=60, tol=0.0, update="cg", callback=check)
+    assert len(errs) == 60 and max(errs) <= 1e-8
+    c2, b2, _ = msvmav_linear(X.toarray(), y, s, 8.0, 0.125, max_iter=60, tol=0.0, update="batched")
+    assert np.allclose(np.append(c1, b1), np.append(c2, b2), atol=1e-8)

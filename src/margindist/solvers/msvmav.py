@@ -57,7 +57,6 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
 from scipy.linalg import blas, lapack
-from scipy.sparse.linalg import LinearOperator, cg
 
 from ..kernels import KernelSpec, kernel_matrix
 from .msvmav_dense import dense_loop
@@ -88,6 +87,10 @@ REFRESH_TOL = 1e-10
 CHECK_EVERY = 4
 #: Relative residual of the conjugate-gradient solves.
 CG_TOL = 1e-10
+#: Previous solutions whose span gives the conjugate-gradient start.
+CG_WINDOW = 4
+#: Largest sum of |coefficients| of the Galerkin start in the window's vectors.
+GALERKIN_MAX_COEF = 1e4
 #: Iterations at the end of a run in which an active-set change means "not settled".
 CHANGE_WINDOW = 5
 
@@ -113,6 +116,11 @@ def blas_single_thread(size: int):
 
         _CONTROLLER = ThreadpoolController()
     return _CONTROLLER.limit(limits=1, user_api="blas")
+
+
+def _rowwise(v, like):
+    """v as a column when ``like`` is 2-D (scales the rows of a matrix)."""
+    return v if like.ndim == 1 else v[:, None]
 
 
 class _NullContext:
@@ -148,27 +156,27 @@ class Design:
         self.d = self.p + self.intercept
 
     def matvec(self, w):
-        """Z @ w."""
+        """Z @ w (w of shape (d,) or (d, q))."""
         v = w[: self.p] if self.intercept else w
         if self.c is not None:
-            v = self.c * v
+            v = _rowwise(self.c, v) * v
         out = self.B @ v
         if self.sparse:
-            out = np.asarray(out).ravel()
+            out = np.asarray(out)
         if self.intercept:
             out = out + w[self.p]
-        return self.r * out
+        return _rowwise(self.r, out) * out
 
     def rmatvec(self, t):
-        """Z^T @ t."""
-        rt = self.r * t
+        """Z^T @ t (t of shape (n,) or (n, q))."""
+        rt = _rowwise(self.r, t) * t
         out = self.B.T @ rt
         if self.sparse:
-            out = np.asarray(out).ravel()
+            out = np.asarray(out)
         if self.c is not None:
-            out = self.c * out
+            out = _rowwise(self.c, out) * out
         if self.intercept:
-            out = np.append(out, rt.sum())
+            out = np.concatenate([out, rt.sum(axis=0)[None]])
         return out
 
     def rows(self, idx):
@@ -360,14 +368,187 @@ class _Direct:
         return float(np.linalg.norm(self.probe - self.H_times(self.solve(self.probe))))
 
 
-def _rows_sum(design, idx, s, square):
-    """sum_{i in idx} s_i z_i (or s_i z_i * z_i with ``square``)."""
-    R = design.rows(idx)
-    if sp.issparse(R):
-        if square:
-            R = R.multiply(R)
-        return np.asarray(R.T @ s[idx]).ravel()
-    return (R * R if square else R).T @ s[idx]
+class _CGSystem:
+    """H = P + sum_{A} s_i z_i z_i^T / nb for conjugate gradients; never a d x d matrix.
+
+    * Products go through a copy of the rows of A made when the copy was last rebuilt
+      (``design.subset``: contiguous, so SciPy's CSR / BLAS kernels run at full speed); rows
+      that left A since have weight 0 there, rows that entered form a small extra block. The
+      copy is rebuilt once the work spent on those two (summed over the products since the
+      last rebuild) reaches the cost of one product.
+    * g = sum_A s_i z_i, the diagonal of G = sum_A s_i z_i z_i^T and the mean direction
+      t = sum_A s_i r_i z_i follow the changes of A (O(nnz of the changed rows)).
+    * Preconditioner: the diagonal of G minus its mean part plus the mean part t t^T / tau
+      as a rank-one term (Sherman-Morrison, O(d)). With an intercept t is G's bias column,
+      so the bias row and column of H are exact in it; for non-negative features it also
+      carries the rows' common direction, H's dominant eigenvector.
+    * Start: the Galerkin (energy-minimising) combination of the last :data:`CG_WINDOW`
+      solutions. Their products with H are kept current through the changes of A (O(nnz of
+      the changed rows) each), and the newest one is b - r of the last solve, so the start
+      costs no product through X.
+    """
+
+    def __init__(self, design, s, P, nb):
+        self.design, self.s, self.P, self.nb = design, s, P, nb
+        d = design.d
+        self.g = None  # sum_A s_i z_i
+        self.diagG = None
+        self.t = None  # sum_A s_i r_i z_i (the mean direction; G's bias column with an intercept)
+        self.tau = 0.0  # sum_A s_i r_i^2
+        self.pos = np.full(design.n, -1, dtype=np.int64)  # row -> position in the copy
+        self.waste = 0.0  # products' worth of work spent on stale and extra rows
+        # window of previous solutions x_j and H x_j (H of the current A), newest first
+        self.W = np.empty((d, CG_WINDOW))
+        self.HW = np.empty((d, CG_WINDOW))
+        self.k = 0
+        self.x_prev = None
+        self.n_products = 0
+
+    # -- following A
+    def move(self, A, add, rem):
+        design, s = self.design, self.s
+        n_act = int(np.count_nonzero(A))
+        c = add.size + rem.size
+        self.A = A
+        if self.g is None or c > n_act:  # from scratch
+            idx = np.flatnonzero(A)
+            sub = design.subset(idx)
+            sA = s[idx]
+            self.g = sub.rmatvec(sA)
+            self.diagG = sub.sq_rmatvec(sA)
+            self.t = sub.rmatvec(sA * sub.r)
+            self.tau = float(sA @ (sub.r * sub.r))
+            self._set_copy(idx, sub)
+            self.k = 0
+        elif c:
+            changed = np.concatenate([rem, add])
+            sc = s[changed]
+            sc[: rem.size] *= -1.0
+            sub = design.subset(changed)
+            self.g += sub.rmatvec(sc)
+            self.diagG += sub.sq_rmatvec(sc)
+            self.t += sub.rmatvec(sc * sub.r)
+            self.tau += float(sc @ (sub.r * sub.r))
+            k = self.k
+            if k and c * k <= n_act:
+                self.HW[:, :k] += sub.rmatvec(sub.matvec(self.W[:, :k]) * (sc / self.nb)[:, None])
+            else:
+                self.k = 0
+            p = self.pos[changed]
+            ins = changed[p >= 0]
+            now = A[ins]
+            self.w_copy[p[p >= 0]] = np.where(now, s[ins], 0.0)
+            self.n_stale += ins.size - 2 * int(np.count_nonzero(now))  # left minus re-entered
+        if self.waste >= 1.0:
+            self._set_copy(np.flatnonzero(A))
+        extra = np.flatnonzero(A & (self.pos < 0)) if self.n_out else np.empty(0, dtype=np.int64)
+        self.extra = design.subset(extra) if extra.size else None
+        self.s_extra = s[extra]
+        n_act = max(n_act, 1)
+        self.stale = (self.n_stale + extra.size) / n_act
+        self.waste += extra.size / n_act  # the copy of the extra rows
+
+    def _set_copy(self, idx, sub=None):
+        self.sub = self.design.subset(idx) if sub is None else sub
+        self.pos[:] = -1
+        self.pos[idx] = np.arange(idx.size)
+        self.w_copy = self.s[idx].copy()
+        self.n_stale = 0
+        self.n_out = self.design.n - idx.size  # rows outside the copy
+        self.waste = 0.0
+
+    # -- products and preconditioner
+    def matvec(self, v):
+        self.n_products += 1
+        sub = self.sub
+        out = sub.rmatvec(self.w_copy * sub.matvec(v))
+        if self.extra is not None:
+            out += self.extra.rmatvec(self.s_extra * self.extra.matvec(v))
+        return self.P * v + out / self.nb
+
+    def _preconditioner(self):
+        """Diagonal plus rank one: H's second-moment part sum_A s_i z_i z_i^T / nb split into
+        its mean direction t = sum_A s_i r_i z_i (the rows' common direction up to the label
+        sign; with an intercept, G's bias column) and the diagonal of the rest. Inverted by
+        Sherman-Morrison in O(d); positive definite whatever the data."""
+        nb, t, tau = self.nb, self.t, self.tau
+        Dinv = 1.0 / (self.P + np.maximum(self.diagG - t * t / tau, 0.0) / nb) if tau > 0 else \
+            1.0 / (self.P + np.maximum(self.diagG, 0.0) / nb)
+        if tau <= 0:
+            return lambda v: Dinv * v
+        c = t / np.sqrt(tau * nb)
+        Dc = Dinv * c
+        den = 1.0 + c @ Dc
+
+        def apply(v):
+            return Dinv * v - Dc * ((Dc @ v) / den)
+
+        return apply
+
+    def _start(self, b):
+        """x0 and r0 = b - H x0: the Galerkin solution over the window (else the last
+        solution, or 0). Successive solutions are nearly collinear, so the projected system is
+        solved in an orthonormal basis (QR, nearly dependent vectors dropped), and the
+        coefficients y in the original vectors must stay moderate: r0 = b - (HW) y carries the
+        round-off of HW times |y|."""
+        k = self.k
+        if k:
+            W, HW = self.W[:, :k], self.HW[:, :k]
+            Qw, R = np.linalg.qr(W)
+            dg = np.abs(np.diag(R))
+            j = 1
+            while j < k and dg[j] > 1e-12 * dg[0]:
+                j += 1
+            Qw, R, W, HW = Qw[:, :j], R[:j, :j], W[:, :j], HW[:, :j]
+            HQ = sla.solve_triangular(R, HW.T, trans=1, check_finite=False).T  # HW R^-1
+            G = Qw.T @ HQ
+            try:
+                y = sla.solve_triangular(R, np.linalg.solve(0.5 * (G + G.T), Qw.T @ b),
+                                         check_finite=False)
+            except np.linalg.LinAlgError:
+                y = None
+            if y is None or not np.all(np.isfinite(y)) or np.abs(y).sum() > GALERKIN_MAX_COEF:
+                y = np.array([(W[:, 0] @ b) / (W[:, 0] @ HW[:, 0])])  # newest solution, scaled
+                W, HW = W[:, :1], HW[:, :1]
+            return W @ y, b - HW @ y
+        if self.x_prev is not None:
+            return self.x_prev.copy(), b - self.matvec(self.x_prev)
+        return np.zeros_like(b), b.copy()
+
+    def solve(self, b, rtol, maxiter):
+        """Preconditioned CG on H x = b to ||b - H x|| <= rtol ||b||; (x, iterations, converged)."""
+        pre = self._preconditioner()
+        x, r = self._start(b)
+        stop = rtol * np.linalg.norm(b)
+        it = 0
+        done = np.linalg.norm(r) <= stop
+        if not done:
+            z = pre(r)
+            p = z.copy()
+            rz = r @ z
+            while it < maxiter:
+                q = self.matvec(p)
+                a = rz / (p @ q)
+                x += a * p
+                r -= a * q
+                it += 1
+                if np.linalg.norm(r) <= stop:
+                    done = True
+                    break
+                z = pre(r)
+                rz_new = r @ z
+                p *= rz_new / rz
+                p += z
+                rz = rz_new
+            self.waste += it * self.stale
+        # the window, newest first: x and H x = b - r
+        self.W[:, 1:] = self.W[:, :-1]
+        self.HW[:, 1:] = self.HW[:, :-1]
+        self.W[:, 0] = x
+        self.HW[:, 0] = b - r
+        self.k = min(self.k + 1, CG_WINDOW)
+        self.x_prev = x
+        return x, it, done
 
 
 def _potri_full(c):
@@ -494,8 +675,8 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
 
     direct = _Direct(design, s, P, nb) if family == "direct" else None
     since_refresh = 0  # incremental inverse updates since M was last computed from scratch
+    cgs = None  # conjugate-gradient state
     g = None
-    w_half_prev = None
     converged = False
     k = 0
     for k in range(1, max_iter + 1):
@@ -540,33 +721,14 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
                 since_refresh = 0
         else:
             scheme = "cg"
-            idxA = np.flatnonzero(A)
-            sA = s[idxA]
-            sub = design.subset(idxA)
-            if g is None or c > n_act:  # from scratch; else follow the changes of A
-                g = sub.rmatvec(sA)
-                diagG = sub.sq_rmatvec(sA)
-            else:
-                for idx, sign in ((rem, -1.0), (add, 1.0)):
-                    if idx.size:
-                        g = g + sign * _rows_sum(design, idx, s, square=False)
-                        diagG = diagG + sign * _rows_sum(design, idx, s, square=True)
-
-            def hv(v, sub=sub, sA=sA):
-                return P * v + sub.rmatvec(sA * sub.matvec(v)) / nb
-
+            if cgs is None:
+                cgs = _CGSystem(design, s, P, nb)
+            cgs.move(A, add, rem)
+            g = cgs.g
             rhs = rhs_scale * g + P * w
-
-            op = LinearOperator((d, d), matvec=hv, dtype=np.float64)
-            pre_diag = 1.0 / (P + np.maximum(diagG, 0.0) / nb)
-            pre = LinearOperator((d, d), matvec=lambda v, p=pre_diag: p * v, dtype=np.float64)
-            # warm start from the last solution (the right-hand side changes little once the
-            # iteration settles)
-            w_half, info = cg(op, rhs, x0=w_half_prev, rtol=cg_tol, atol=0.0, maxiter=10 * d + 100,
-                              M=pre)
-            if info > 0 and log is not None:
+            w_half, _, done = cgs.solve(rhs, cg_tol, 10 * d + 100)
+            if not done and log is not None:
                 log.info("MSVMAv: CG stopped at its iteration cap (rtol=%g) in iteration %d", cg_tol, k)
-            w_half_prev = w_half
 
         w_new = w_half + am_step
         nrm = norm(w_new)
@@ -612,7 +774,8 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
     out_w = best_w if return_best else w
     return {"w": out_w, "n_iter": n_iter, "history": history, "best_iter": best_k,
             "converged": converged, "changing": changing, "family": family,
-            "n_refresh": direct.n_refresh if direct is not None else 0}
+            "n_refresh": direct.n_refresh if direct is not None else 0,
+            "n_products": cgs.n_products if cgs is not None else 0}
 
 
 def _compiled(design, s, u, w0, P, am_step, N, beta, max_iter, tol, return_best):
