@@ -575,6 +575,52 @@ def _choose_family(design, update):
     return "cg" if design.d > limit else "direct"
 
 
+class _History:
+    """Per-iterate history (row k describes iterate k; fields :data:`HISTORY_FIELDS`), the
+    best iterate by SV / theta^2 and the run's summary, shared by the solver loops."""
+
+    def __init__(self, max_iter, s, S):
+        self.s, self.S = s, S
+        self.rows = np.zeros((max_iter + 1, 6))
+        self.rows[:, 5] = np.nan
+        self.schemes = ["init"]
+        self.best_k, self.best = 0, None
+
+    def record(self, k, m, theta, A, changes, w, step=np.nan, scheme=None):
+        short = np.maximum(theta - m, 0.0)
+        sv = float(self.s @ (short * short)) / self.S
+        bound = sv / theta**2 if theta > 0 else np.inf
+        self.rows[k] = (theta, sv, bound, np.count_nonzero(A), changes, step)
+        if scheme is not None:
+            self.schemes.append(scheme)
+        if k == 0 or bound < self.rows[self.best_k, 2]:
+            self.best_k, self.best = k, w.copy()
+
+    def debug(self, log, k, scheme):
+        if log is not None and log.isEnabledFor(10):
+            theta, _, bound, n_act, changes, step = self.rows[k]
+            log.debug("MSVMAv iteration %d (%s): theta=%.6g SV/theta^2=%.6g |A|=%d changes=%d |dw|=%.3g",
+                      k, scheme, theta, bound, n_act, changes, step)
+
+    def result(self, w, n_iter, converged, return_best, **extra):
+        return _result(self.rows[: n_iter + 1], self.schemes, w, self.best, self.best_k, n_iter,
+                       converged, return_best, **extra)
+
+
+def _result(rows, schemes, w, best_w, best_k, n_iter, converged, return_best, **extra):
+    """The solver's result dict from the history rows (theta, SV, bound, |A|, changes, step)."""
+    history = {f: rows[:, j].copy() for j, f in enumerate(HISTORY_FIELDS[:3])}
+    history["n_active"] = rows[:, 3].astype(np.int64)
+    history["n_changes"] = rows[:, 4].astype(np.int64)
+    history["step"] = rows[:, 5].copy()
+    history["update"] = np.array(schemes)
+    # a run ends at tol or at max_iter; "changing": max_iter with A still moving at the end
+    window = history["n_changes"][-CHANGE_WINDOW:]
+    return {"w": best_w if return_best else w, "n_iter": int(n_iter), "history": history,
+            "best_iter": int(best_k), "converged": bool(converged),
+            "changing": not converged and bool(np.any(window > 0)), **extra}
+
+
 # --------------------------------------------------------------------------------------
 # the core iteration
 # --------------------------------------------------------------------------------------
@@ -651,26 +697,11 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
         return _compiled(design, s, u, w, P, am_step, N, beta, max_iter, tol, return_best)
 
     family = _choose_family(design, update)
-    hist = {f: np.zeros(max_iter + 1) for f in HISTORY_FIELDS[:3]}
-    hist["n_active"] = np.zeros(max_iter + 1, dtype=np.int64)
-    hist["n_changes"] = np.zeros(max_iter + 1, dtype=np.int64)
-    hist["step"] = np.full(max_iter + 1, np.nan)
-    schemes = ["init"]
-
-    def record(k, m, theta, A, changes):
-        short = np.maximum(theta - m, 0.0)
-        sv = float(s @ (short * short)) / S
-        hist["theta"][k] = theta
-        hist["semivariance"][k] = sv
-        hist["bound"][k] = sv / theta**2 if theta > 0 else np.inf
-        hist["n_active"][k] = np.count_nonzero(A)
-        hist["n_changes"][k] = changes
-
+    hist = _History(max_iter, s, S)
     m = design.matvec(w)
     theta = float(u @ w) / S
     A = m < theta
-    record(0, m, theta, A, int(np.count_nonzero(A)))
-    best_k, best_w = 0, w.copy()
+    hist.record(0, m, theta, A, int(np.count_nonzero(A)), w)
     prevA = np.zeros(n, dtype=bool)
 
     direct = _Direct(design, s, P, nb) if family == "direct" else None
@@ -684,7 +715,6 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
         add = diff[A[diff]]
         rem = diff[~A[diff]]
         c = diff.size
-        n_act = int(np.count_nonzero(A))
         rhs_scale = theta / nb
 
         if family == "direct":
@@ -749,33 +779,19 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
         dw = norm(w_new - w)
         w = w_new
         prevA = A
-        schemes.append(scheme)
-
         m = design.matvec(w)
         theta = float(u @ w) / S
         A = m < theta
         changes = int(np.count_nonzero(A != prevA))
-        record(k, m, theta, A, changes)
-        hist["step"][k] = dw
-        if log is not None and log.isEnabledFor(10):
-            log.debug("MSVMAv iteration %d (%s): theta=%.6g SV/theta^2=%.6g |A|=%d changes=%d |dw|=%.3g",
-                      k, scheme, theta, hist["bound"][k], hist["n_active"][k], changes, dw)
-        if hist["bound"][k] < hist["bound"][best_k]:
-            best_k, best_w = k, w.copy()
+        hist.record(k, m, theta, A, changes, w, dw, scheme)
+        hist.debug(log, k, scheme)
         if tol > 0 and changes == 0 and dw <= tol:
             converged = True
             break
 
-    n_iter = k
-    history = {f: hist[f][: n_iter + 1].copy() for f in HISTORY_FIELDS[:6]}
-    history["update"] = np.array(schemes)
-    window = history["n_changes"][-CHANGE_WINDOW:]
-    changing = (not converged) and n_iter == max_iter and bool(np.any(window > 0))
-    out_w = best_w if return_best else w
-    return {"w": out_w, "n_iter": n_iter, "history": history, "best_iter": best_k,
-            "converged": converged, "changing": changing, "family": family,
-            "n_refresh": direct.n_refresh if direct is not None else 0,
-            "n_products": cgs.n_products if cgs is not None else 0}
+    return hist.result(w, k, converged, return_best, family=family,
+                       n_refresh=direct.n_refresh if direct is not None else 0,
+                       n_products=cgs.n_products if cgs is not None else 0)
 
 
 def _compiled(design, s, u, w0, P, am_step, N, beta, max_iter, tol, return_best):
@@ -792,16 +808,8 @@ def _compiled(design, s, u, w0, P, am_step, N, beta, max_iter, tol, return_best)
             f"MSVMAv diverged at iteration {n_iter}: the weight vector is not finite. "
             "Scale the features (e.g. to [0, 1]) or choose larger alpha/beta."
         )
-    history = {f: hist[:, j].copy() for j, f in enumerate(HISTORY_FIELDS[:3])}
-    history["n_active"] = hist[:, 3].astype(np.int64)
-    history["n_changes"] = hist[:, 4].astype(np.int64)
-    history["step"] = hist[:, 5].copy()
-    history["update"] = np.array(["init"] + ["batched"] * n_iter)
-    window = history["n_changes"][-CHANGE_WINDOW:]
-    changing = (not converged) and n_iter == max_iter and bool(np.any(window > 0))
-    return {"w": best_w if return_best else w, "n_iter": int(n_iter), "history": history,
-            "best_iter": int(best_k), "converged": bool(converged), "changing": changing,
-            "family": "compiled"}
+    return _result(hist, ["init"] + ["batched"] * int(n_iter), w, best_w, best_k, n_iter, converged,
+                   return_best, family="compiled")
 
 
 # --------------------------------------------------------------------------------------
