@@ -114,3 +114,77 @@ def test_row_cache_precomputed_and_callable(X):
     np.testing.assert_allclose(cal.row(5), K[5], rtol=1e-12)
     with pytest.raises(ValueError, match="callable kernel"):
         KernelRowCache(resolve_kernel(k), X, max_bytes=100)
+
+
+def test_vectorised_exp_is_accurate():
+    from margindist.kernels import _exp_nonpositive
+
+    rng = np.random.default_rng(3)
+    x = np.concatenate([-rng.random(5000) * 50, -rng.random(2000) * 700, [0.0, -1e-300, -0.34657, -0.34658,
+                                                                           -707.9, -708.0, -709.0, -1e4]])
+    v = x.copy()
+    _exp_nonpositive(v, np.empty_like(v))
+    ref = np.exp(x)
+    normal = x >= -708.0
+    np.testing.assert_allclose(v[normal], ref[normal], rtol=4e-16, atol=0)
+    assert np.all(v[~normal] == 0.0)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("kind", ["linear", "rbf", "poly", "sigmoid", "precomputed"])
+def test_float32_rows_and_fill(X, kind, sparse):
+    spec = resolve_kernel(kind, X, gamma=0.3, degree=3, coef0=0.2)
+    K = pairwise_kernels(X, metric="rbf", gamma=0.3) if kind == "precomputed" else kernel_matrix(spec, X)
+    Xin = K if kind == "precomputed" else (sp.csr_matrix(X) if sparse else X)
+    m = X.shape[0]
+    c32 = KernelRowCache(spec, Xin, max_bytes=3 * 4 * m, dtype=np.float32)
+    assert c32.n_slots == 3 and c32.dtype == np.float32  # float32 rows: twice as many per byte
+    for i in (0, 5, 0, 36, 7):
+        row = c32.row(i)
+        assert row.dtype == np.float32
+        np.testing.assert_array_equal(row, K[i].astype(np.float32))  # rounded once from float64
+    np.testing.assert_allclose(c32.diag, np.diag(K), rtol=1e-12)  # the diagonal stays float64
+    for dtype, rtol in ((np.float64, 1e-12), (np.float32, 1e-6)):
+        full = KernelRowCache(spec, Xin, max_bytes=8 * m * m, dtype=dtype)
+        G = full.fill(block_bytes=8 * m * 5)  # several blocks
+        assert full.is_full and full.misses == m and G.dtype == dtype
+        if kind == "precomputed":
+            np.testing.assert_array_equal(G, K.astype(dtype))  # the given matrix
+        else:
+            assert np.array_equal(G, G.T)  # computed upper triangle, mirrored: exactly symmetric
+        np.testing.assert_allclose(G, K, rtol=rtol, atol=rtol * np.abs(K).max())
+        for i in (3, 30):  # reads after fill are hits on the same storage
+            np.testing.assert_array_equal(cache_row(full.state, i), G[i])
+        assert full.misses == m
+    with pytest.raises(ValueError, match="room for all"):
+        KernelRowCache(spec, Xin, max_bytes=8 * m).fill()
+
+
+def test_row_cache_rows_are_symmetric_bitwise(X):
+    """Row i at j and row j at i are the same float (the solvers rely on a symmetric K)."""
+    for kind in ("rbf", "linear", "poly"):
+        c = KernelRowCache(resolve_kernel(kind, X, gamma=0.7), X)
+        R = np.array([c.row(i) for i in range(X.shape[0])])
+        assert np.array_equal(R, R.T)
+
+
+def test_from_gram_wraps_without_copy(X):
+    G = pairwise_kernels(X, metric="rbf", gamma=0.4)
+    c = KernelRowCache.from_gram(G)
+    assert c.state[0] is G and c.n_slots == X.shape[0]
+    np.testing.assert_array_equal(cache_row(c.state, 4), G[4])
+    assert c.misses == 0 and c.hits == 1
+    np.testing.assert_array_equal(c.diag, np.diag(G))
+    G32 = G.astype(np.float32)
+    assert KernelRowCache.from_gram(G32).state[0] is G32
+    with pytest.raises(ValueError, match="square"):
+        KernelRowCache.from_gram(G[:, :3])
+
+
+def test_cache_dtype_rule():
+    from margindist.kernels import cache_dtype
+
+    assert cache_dtype(1e-3) is np.float32 and cache_dtype(1e-5) is np.float32
+    assert cache_dtype(1e-6) is np.float64 and cache_dtype(1e-12) is np.float64
+    with pytest.raises(ValueError, match="dtype"):
+        KernelRowCache(resolve_kernel("linear"), np.eye(3), dtype=np.int32)

@@ -6,7 +6,11 @@ scikit-learn's definition), evaluates Gram blocks with :func:`kernel_matrix` /
 :func:`kernel_decision` (row chunks under a byte budget, never an n x m matrix above it),
 and, when a solver needs kernel columns on demand, uses :class:`KernelRowCache`, an LRU
 cache of kernel rows with a byte budget whose state is a tuple of arrays that numba-compiled
-solvers read through :func:`cache_row`.
+solvers read through :func:`cache_row`. Rows are computed in float64 by vectorised loops (the
+dot products as axpy passes over X^T, exp by a polynomial with the exponent assembled in its
+bits) and stored in float64 or, as LIBSVM does, in float32 (:func:`cache_dtype` picks by the
+solver tolerance); :meth:`KernelRowCache.fill` computes all rows at once from BLAS blocks when the
+whole matrix fits in the budget.
 
 Supported kernels: ``"linear"`` ``<x, z>``, ``"rbf"`` ``exp(-gamma ||x - z||^2)``,
 ``"poly"`` ``(gamma <x, z> + coef0)^degree``, ``"sigmoid"`` ``tanh(gamma <x, z> + coef0)``,
@@ -222,56 +226,126 @@ def rkhs_norm_sq(spec: KernelSpec, Z, coef, *, max_bytes: int = DEFAULT_BLOCK_BY
 # LRU kernel-row cache shared by the numba solvers (ODM/LDM kernel DCD, KM-OMD SMO, ...)
 # --------------------------------------------------------------------------------------
 
+#: Columns per block of the dense row computation (a block of the output row stays in L1).
+_ROW_BLOCK = 2048
+
+# exp(x) for x <= 0 in vectorisable passes: x = k ln 2 + r, |r| <= ln(2) / 2 (Cody-Waite), e^r by
+# its Taylor polynomial of degree 12 (truncation < 2e-16 relative), 2^k assembled in the exponent bits.
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01
+_LN2_LO = 1.90821492927058770002e-10
+_SHIFTER = 6755399441055744.0  # 2^52 + 2^51: k + _SHIFTER holds the integer k in its low mantissa bits
+_SHIFTER_BITS = np.int64(0x4338000000000000)  # the bit pattern of _SHIFTER
+_EXP_MIN = -708.0  # e^-708 ~ 3e-308, the smallest exponent with a normal 2^k; below, 0 is returned
+
 
 @njit(cache=True)
-def _dot_rows_dense(Xd, i, out):
-    m, d = Xd.shape
-    for j in range(m):
-        s = 0.0
+def _exp_nonpositive(v, scratch):
+    """v[j] <- exp(v[j]) in place for v[j] <= 0 (within 2 ulp of the correctly rounded value; 0 below
+    -708). ``scratch``: float64 work array of the same length. Three loops that LLVM vectorises, about
+    three times faster than a loop over ``np.exp``."""
+    n = v.shape[0]
+    for j in range(n):
+        x = v[j]
+        ok = x >= _EXP_MIN
+        x = x if ok else _EXP_MIN
+        kf = np.floor(x * _LOG2E + 0.5)
+        r = (x - kf * _LN2_HI) - kf * _LN2_LO
+        p = 1.0 + r * (1.0 + r * (1.0 / 2 + r * (1.0 / 6 + r * (1.0 / 24 + r * (1.0 / 120 + r * (
+            1.0 / 720 + r * (1.0 / 5040 + r * (1.0 / 40320 + r * (1.0 / 362880 + r * (1.0 / 3628800 + r * (
+                1.0 / 39916800 + r * (1.0 / 479001600))))))))))))
+        v[j] = p if ok else 0.0
+        scratch[j] = kf + _SHIFTER
+    bits = scratch.view(np.int64)
+    for j in range(n):
+        bits[j] = (bits[j] - _SHIFTER_BITS + 1023) << 52  # the float 2^k
+    for j in range(n):
+        v[j] *= scratch[j]
+
+
+@njit(cache=True)
+def _dot_rows_dense(XT, i, out):
+    """out[j] = <x_i, x_j> from X^T (d, m), summed over the features in their order (so that
+    <x_i, x_j> and <x_j, x_i> are the same float: the cached kernel is exactly symmetric). Column
+    blocks of ``_ROW_BLOCK`` and 1-d slices keep the inner loop a vectorised axpy in L1."""
+    d, m = XT.shape
+    for start in range(0, m, _ROW_BLOCK):
+        stop = min(start + _ROW_BLOCK, m)
+        o = out[start:stop]
+        for j in range(o.shape[0]):
+            o[j] = 0.0
         for f in range(d):
-            s += Xd[i, f] * Xd[j, f]
-        out[j] = s
+            c = XT[f, i]
+            xf = XT[f, start:stop]
+            for j in range(o.shape[0]):
+                o[j] += xf[j] * c
+
+
+@njit(cache=True)
+def csr_scatter(data, indices, indptr, i, scale, dense):
+    """dense[indices of row i] += scale * (values of row i) for a CSR matrix."""
+    for k in range(indptr[i], indptr[i + 1]):
+        dense[indices[k]] += scale * data[k]
+
+
+@njit(cache=True)
+def csr_clear(indices, indptr, i, dense):
+    """dense[indices of row i] = 0 (undoes :func:`csr_scatter` on a zeroed array)."""
+    for k in range(indptr[i], indptr[i + 1]):
+        dense[indices[k]] = 0.0
+
+
+@njit(cache=True)
+def csr_row_dot(data, indices, indptr, j, dense):
+    """<row j of a CSR matrix, dense>."""
+    s = 0.0
+    for k in range(indptr[j], indptr[j + 1]):
+        s += data[k] * dense[indices[k]]
+    return s
 
 
 @njit(cache=True)
 def _dot_rows_csr(data, indices, indptr, i, out, scratch):
     m = indptr.shape[0] - 1
-    for k in range(indptr[i], indptr[i + 1]):
-        scratch[indices[k]] = data[k]
+    csr_scatter(data, indices, indptr, i, 1.0, scratch)
     for j in range(m):
-        s = 0.0
-        for k in range(indptr[j], indptr[j + 1]):
-            s += data[k] * scratch[indices[k]]
-        out[j] = s
-    for k in range(indptr[i], indptr[i + 1]):
-        scratch[indices[k]] = 0.0
+        out[j] = csr_row_dot(data, indices, indptr, j, scratch)
+    csr_clear(indices, indptr, i, scratch)
 
 
 @njit(cache=True)
 def compute_kernel_row(cache, i, out):
-    """Fill ``out`` (length m) with k(x_i, x_j) for all training rows j (no caching)."""
+    """Fill ``out`` (length m, float64 or float32) with k(x_i, x_j) for all training rows j (no
+    caching). The values are computed in float64 and rounded once when ``out`` is float32."""
     kind = cache[5]
     params = cache[6]
     Xd = cache[7]
+    m = out.shape[0]
     if kind == 4:  # precomputed: X is the (symmetric) Gram matrix
-        for j in range(out.shape[0]):
+        for j in range(m):
             out[j] = Xd[i, j]
         return
+    work = cache[13]
+    buf = work[0]
     if Xd.shape[0] > 0:
-        _dot_rows_dense(Xd, i, out)
+        _dot_rows_dense(Xd, i, buf)
     else:
-        _dot_rows_csr(cache[8], cache[9], cache[10], i, out, cache[12])
+        _dot_rows_csr(cache[8], cache[9], cache[10], i, buf, cache[12])
     gamma, coef0, degree = params[0], params[1], params[2]
     if kind == 1:
         sqn = cache[11]
-        for j in range(out.shape[0]):
-            out[j] = np.exp(-gamma * max(sqn[i] + sqn[j] - 2.0 * out[j], 0.0))
+        si = sqn[i]
+        for j in range(m):
+            buf[j] = -gamma * max(si + sqn[j] - 2.0 * buf[j], 0.0)
+        _exp_nonpositive(buf, work[1])
     elif kind == 2:
-        for j in range(out.shape[0]):
-            out[j] = (gamma * out[j] + coef0) ** degree
+        for j in range(m):
+            buf[j] = (gamma * buf[j] + coef0) ** degree
     elif kind == 3:
-        for j in range(out.shape[0]):
-            out[j] = np.tanh(gamma * out[j] + coef0)
+        for j in range(m):
+            buf[j] = np.tanh(gamma * buf[j] + coef0)
+    for j in range(m):
+        out[j] = buf[j]
 
 
 @njit(cache=True)
@@ -279,7 +353,8 @@ def cache_row(cache, i):
     """Kernel row i (a view into the cache; valid until the next miss evicts its slot).
 
     ``cache`` is :attr:`KernelRowCache.state`. Least-recently-used rows are evicted when the
-    byte budget is full. Row i equals column i: all supported kernels are symmetric.
+    byte budget is full. Row i equals column i: all supported kernels are symmetric. The row has
+    the cache's dtype (float64, or float32 with ``KernelRowCache(..., dtype=np.float32)``).
     """
     slots, slot_of, row_of, stamp, counters = cache[0], cache[1], cache[2], cache[3], cache[4]
     counters[0] += 1  # clock
@@ -308,6 +383,83 @@ def cache_row(cache, i):
     return slots[s]
 
 
+@njit(cache=True)
+def _fill_rows(cache, lo, hi):
+    """Rows lo..hi-1 into their own slots (slot i = row i), each counted as a miss."""
+    slots, slot_of, row_of, stamp, counters = cache[0], cache[1], cache[2], cache[3], cache[4]
+    for i in range(lo, hi):
+        if slot_of[i] != i:
+            compute_kernel_row(cache, i, slots[i])
+        _claim_slot(cache, i)
+
+
+@njit(cache=True)
+def _claim_slot(cache, i):
+    """Bookkeeping of a row written into slot i by the block fill."""
+    slot_of, row_of, stamp, counters = cache[1], cache[2], cache[3], cache[4]
+    counters[0] += 1
+    counters[2] += 1
+    slot_of[i] = i
+    row_of[i] = i
+    stamp[i] = counters[0]
+    if counters[3] < i + 1:
+        counters[3] = i + 1
+
+
+@njit(cache=True)
+def _transform_block(kind, params, B, sq_rows, sq_cols, scratch):
+    """Dot products B[a, b] = <x_a, x_b> into kernel values in place (kinds 1-3; 0 = linear)."""
+    gamma, coef0, degree = params[0], params[1], params[2]
+    for a in range(B.shape[0]):
+        row = B[a]
+        if kind == 1:
+            sa = sq_rows[a]
+            for b in range(row.shape[0]):
+                row[b] = -gamma * max(sa + sq_cols[b] - 2.0 * row[b], 0.0)
+            _exp_nonpositive(row, scratch[: row.shape[0]])
+        elif kind == 2:
+            for b in range(row.shape[0]):
+                row[b] = (gamma * row[b] + coef0) ** degree
+        elif kind == 3:
+            for b in range(row.shape[0]):
+                row[b] = np.tanh(gamma * row[b] + coef0)
+
+
+@njit(cache=True)
+def _store_block(slots, B, r0):
+    """Rows r0.. of the upper triangle: slots[r0 + a, r0 + b] = B[a, b] for b >= a, mirrored into
+    slots[r0 + b, r0 + a] (rounded to the slots' dtype once: the stored matrix is exactly symmetric).
+    The mirror is written in tiles so that both sides stay in cache."""
+    A, N = B.shape
+    for a in range(A):
+        dst = slots[r0 + a]
+        src = B[a]
+        for b in range(a, N):
+            dst[r0 + b] = src[b]
+    T = 64
+    for b0 in range(0, N, T):
+        b1 = min(b0 + T, N)
+        for a0 in range(0, min(A, b1), T):
+            a1 = min(a0 + T, A)
+            for b in range(b0, b1):
+                dst = slots[r0 + b]
+                for a in range(a0, min(a1, b)):
+                    dst[r0 + a] = B[a, b]
+
+
+#: Tolerances from which the estimators store kernel rows in float32 (see :func:`cache_dtype`).
+FLOAT32_ROWS_MIN_TOL = 1e-5
+
+
+def cache_dtype(tol) -> type:
+    """Storage type of cached kernel rows for a solver tolerance: float32 (half the memory and
+    memory traffic, as LIBSVM) when ``tol`` >= 1e-5, where the rounding of the rows (relative
+    6e-8, which moves the gradients by about that much relative to their scale) is far below
+    the stopping tolerance; float64 for tighter tolerances, so that the solution is exact to
+    rounding."""
+    return np.float32 if tol >= FLOAT32_ROWS_MIN_TOL else np.float64
+
+
 class KernelRowCache:
     """LRU cache of kernel rows k(x_i, .) over the training set, bounded in bytes.
 
@@ -319,18 +471,28 @@ class KernelRowCache:
     X : ndarray or CSR matrix of shape (m, d), or (m, m) Gram matrix for ``"precomputed"``.
     max_bytes : int
         Byte budget for cached rows (at least two rows are always kept).
+    dtype : {np.float64, np.float32}, default=np.float64
+        Storage type of the cached rows. Rows are always computed in float64; float32 storage
+        (as LIBSVM's kernel cache) rounds each value once (relative error <= 6e-8), halves the
+        memory traffic of the solvers that stream rows and fits twice as many rows in the budget.
+        Solvers accumulate in float64 either way.
 
     Attributes
     ----------
     state : tuple
         The arrays that numba solvers receive; read rows with :func:`cache_row`.
     diag : ndarray of shape (m,)
-        k(x_i, x_i).
+        k(x_i, x_i) in float64 (computed, not rounded to ``dtype``).
     n_slots : int
         Number of rows the budget holds.
+    dtype : numpy dtype
+        Storage type of the rows.
     """
 
-    def __init__(self, spec: KernelSpec, X, *, max_bytes: int = DEFAULT_CACHE_BYTES):
+    def __init__(self, spec: KernelSpec, X, *, max_bytes: int = DEFAULT_CACHE_BYTES, dtype=np.float64):
+        dtype = np.dtype(dtype)
+        if dtype not in (np.float32, np.float64):
+            raise ValueError(f"dtype must be float32 or float64; got {dtype}.")
         m = X.shape[0]
         kind = spec.kind
         if kind == "callable":
@@ -355,28 +517,31 @@ class KernelRowCache:
             sqn = _row_sq_norms(Xc)
             scratch = np.zeros(Xc.shape[1], dtype=np.float64)
         else:
-            Xd = np.ascontiguousarray(X, dtype=np.float64)
+            Xf = np.asarray(X, dtype=np.float64)
+            Xd = np.ascontiguousarray(Xf.T)  # (d, m): a row is computed by d contiguous passes
             data, indices, indptr, scratch = empty_f, empty_i, empty_i, empty_f
-            sqn = _row_sq_norms(Xd)
-        n_slots = int(max(2, min(m, max_bytes // max(1, 8 * m))))
+            sqn = _row_sq_norms(Xf)
+        n_slots = int(max(2, min(m, max_bytes // max(1, dtype.itemsize * m))))
         params = np.array([spec.gamma, spec.coef0, float(spec.degree)], dtype=np.float64)
         self.state = (
-            np.empty((n_slots, m), dtype=np.float64),  # 0 slots
+            np.empty((n_slots, m), dtype=dtype),  # 0 slots
             np.full(m, -1, dtype=np.int64),  # 1 slot_of
             np.full(n_slots, -1, dtype=np.int64),  # 2 row_of
             np.zeros(n_slots, dtype=np.int64),  # 3 stamp
             np.zeros(4, dtype=np.int64),  # 4 counters: clock, hits, misses, used slots
             _KIND_CODE[kind],  # 5
             params,  # 6
-            Xd,  # 7
+            Xd,  # 7 Gram matrix (precomputed), X^T (dense) or empty (CSR)
             data,  # 8
             indices,  # 9
             indptr,  # 10
             sqn,  # 11
             scratch,  # 12
+            np.empty((2, m), dtype=np.float64),  # 13 work rows (float64 row, exp scratch)
         )
         self.n_slots = n_slots
         self.spec = spec
+        self.dtype = dtype
         if kind == "precomputed":
             self.diag = np.diag(Xd).copy()
         elif kind == "rbf":
@@ -384,9 +549,73 @@ class KernelRowCache:
         else:
             self.diag = kernel_diag(spec, X)
 
+    @classmethod
+    def from_gram(cls, gram) -> "KernelRowCache":
+        """A full cache over an existing (m, m) Gram matrix, used in place (no copy when it is a
+        C-contiguous float64 or float32 array): row i is ``gram[i]``, every read is a hit.
+
+        Lets the solvers take a dense matrix through the same :func:`cache_row` interface (a
+        general symmetric matrix Q works as well; nothing checks that it is a kernel).
+        """
+        G = np.asarray(gram)
+        if G.dtype not in (np.float32, np.float64):
+            G = G.astype(np.float64)
+        G = np.ascontiguousarray(G)
+        m = G.shape[0]
+        if G.ndim != 2 or G.shape[1] != m:
+            raise ValueError(f"gram must be a square matrix; got shape {G.shape}.")
+        self = cls.__new__(cls)
+        empty_f = np.zeros(0, dtype=np.float64)
+        empty_i = np.zeros(0, dtype=np.int32)
+        ident = np.arange(m, dtype=np.int64)
+        self.state = (G, ident, ident.copy(), np.zeros(m, dtype=np.int64), np.array([0, 0, 0, m], dtype=np.int64),
+                      _KIND_CODE["precomputed"], np.zeros(3), G, empty_f, empty_i, empty_i, empty_f, empty_f,
+                      np.empty((2, 0)))
+        self.n_slots = m
+        self.spec = KernelSpec("precomputed")
+        self.dtype = G.dtype
+        self.diag = np.diag(G).astype(np.float64)
+        return self
+
     def row(self, i: int) -> np.ndarray:
         """A copy of kernel row i."""
         return cache_row(self.state, int(i)).copy()
+
+    def fill(self, *, block_bytes: int = 32 * 2**20) -> np.ndarray:
+        """Compute every row now, into slot i for row i; needs a budget of all m rows.
+
+        Dense data: the upper triangle in row blocks of at most ``block_bytes`` (float64) from BLAS
+        products, mirrored into the lower one (half the kernel evaluations of m rows; the stored
+        matrix is exactly symmetric). Sparse and precomputed data: row by row.
+
+        Returns the (m, m) Gram matrix (the cache's storage, of its dtype): while nothing is evicted,
+        and nothing is when every row is cached, ``cache_row(state, i)`` is its row i.
+        """
+        state = self.state
+        slots, kind = state[0], state[5]
+        m = slots.shape[1]
+        if self.n_slots < m:
+            raise ValueError(f"fill() needs room for all {m} rows; the budget holds {self.n_slots}.")
+        XT = state[7]
+        if kind == 4 or XT.shape[0] == 0:
+            _fill_rows(state, 0, m)
+            return slots
+        X = XT.T  # (m, d) view, Fortran order: BLAS reads it transposed, no copy
+        sqn = state[11]
+        step = int(max(16, min(m, block_bytes // (8 * m))))
+        for r0 in range(0, m, step):
+            r1 = min(r0 + step, m)
+            B = np.ascontiguousarray(X[r0:r1] @ XT[:, r0:])  # rows r0..r1-1, columns r0..m-1
+            _transform_block(kind, state[6], B, sqn[r0:r1], sqn[r0:], state[13][1])
+            _store_block(slots, B, r0)
+            for i in range(r0, r1):
+                _claim_slot(state, i)
+        return slots
+
+    @property
+    def is_full(self) -> bool:
+        """Whether every row is cached (then no row is ever recomputed)."""
+        return bool(self.state[4][3] == self.state[1].shape[0] and np.all(self.state[1] >= 0))
 
     @property
     def hits(self) -> int:
