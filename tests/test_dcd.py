@@ -165,3 +165,40 @@ def test_precomputed_cache_matches_gram(rng):
     a = dcd_kernel(y, D, p, U, n_var=n_var, cache=cache, tol=1e-11, random_state=0).a
     b = dcd_kernel(y, D, p, U, n_var=n_var, gram=K, tol=1e-11, random_state=0).a
     np.testing.assert_allclose(a, b, atol=1e-9)
+
+
+def test_float32_rows_solve_the_rounded_problem(rng):
+    """float32 kernel rows (float64 sums): the exact optimum of the problem with K rounded to
+    float32, within the rounding of the float64 one; every storage and source agrees."""
+    X, y, n_var, D, p, U = _problem(rng, m=70)
+    m = X.shape[0]
+    spec = resolve_kernel("rbf", X, gamma=0.4)
+    K = spec(X)
+    ref = dcd_kernel(y, D, p, U, n_var=n_var, gram=K, tol=1e-10, max_iter=20000, random_state=0)
+    f32 = KernelRowCache(spec, X, max_bytes=5 * 4 * m, dtype=np.float32)  # 5 rows: evictions
+    res32 = dcd_kernel(y, D, p, U, n_var=n_var, cache=f32, tol=1e-10, max_iter=20000, random_state=1)
+    assert f32.misses > m
+    K32 = K.astype(np.float32)
+    exact32 = dcd_kernel(y, D, p, U, n_var=n_var, gram=K32, tol=1e-10, max_iter=20000, random_state=2)
+    np.testing.assert_allclose(res32.a, exact32.a, atol=1e-9)  # same rounded problem
+    np.testing.assert_allclose(res32.a, ref.a, atol=1e-5)  # close to the float64 optimum
+    Q32 = (y[:, None] * (K32.astype(np.float64) + 1.0)) * y[None, :]
+    np.testing.assert_allclose(res32.u, Q32 @ res32.gamma(m), atol=1e-10)  # u is float64-exact
+    _, f = _reference((y[:, None] * (K + 1.0)) * y[None, :], D, p, U, m)
+    assert f(res32.a) == pytest.approx(f(ref.a), rel=1e-6)
+    filled = KernelRowCache(spec, X, max_bytes=8 * m * m, dtype=np.float32)
+    filled.fill()
+    resf = dcd_kernel(y, D, p, U, n_var=n_var, cache=filled, tol=1e-10, max_iter=20000, random_state=1)
+    np.testing.assert_allclose(resf.a, exact32.a, atol=1e-9)
+    assert filled.misses == m  # the filled cache is never recomputed
+
+
+def test_gram_float32_and_cache_input_checks(rng):
+    X, y, n_var, D, p, U = _problem(rng, m=30)
+    K = X @ X.T
+    a = dcd_kernel(y, D, p, U, n_var=n_var, gram=K, tol=1e-11, random_state=0).a
+    b = dcd_kernel(y, D, p, U, n_var=n_var, cache=KernelRowCache.from_gram(K), tol=1e-11, random_state=0).a
+    np.testing.assert_array_equal(a, b)  # the gram path is the full cache over the matrix
+    cache = KernelRowCache(resolve_kernel("linear"), X[:10])
+    with pytest.raises(ValueError, match="holds 10 rows"):
+        dcd_kernel(y, D, p, U, n_var=n_var, cache=cache)

@@ -275,3 +275,18 @@ def test_clone_and_accuracy_sanity():
     X, y = _scaled("australian")
     est = clone(ODM(lam=100.0)).fit(X[::2], y[::2])
     assert est.score(X[1::2], y[1::2]) > 0.8
+
+
+def test_float32_kernel_rows_match_float64():
+    """Default tol: kernel rows in float32; the model equals the float64 one to the rounding."""
+    X, y = _scaled("ionosphere")
+    kw = dict(kernel="rbf", lam=30.0, random_state=0)
+    f32 = ODM(tol=1e-4, **kw).fit(X, y)
+    f64 = ODM(tol=1e-6, **kw).fit(X, y)  # below 1e-5: float64 rows
+    exact = ODM(tol=1e-10, **kw).fit(X, y)
+    scale = np.abs(exact.decision_function(X)).max()
+    np.testing.assert_allclose(f64.decision_function(X), exact.decision_function(X), atol=1e-5 * scale)
+    np.testing.assert_allclose(f32.decision_function(X), exact.decision_function(X), atol=1e-3 * scale)
+    # the LRU path (rows on demand) and the filled matrix agree
+    small = ODM(tol=1e-4, cache_size=0.05, **kw).fit(X, y)
+    np.testing.assert_allclose(small.decision_function(X), f32.decision_function(X), atol=1e-3 * scale)

@@ -20,10 +20,14 @@ Two data paths, both maintaining the gradient information incrementally:
   = y_i <w, xh_i> costs O(nnz(x_i)) and an update of gamma_i costs O(nnz(x_i)) (dense rows or
   CSR, float32 data read as is, w accumulated in float64). The offset o is w0's contribution.
 * **kernel**: Q_ij = y_i y_j (K_ij + B^2) with K_ij = k(x_i, x_j); the solver keeps
-  u = Q gamma + o and adds a column of Q after each change of gamma_i, with the kernel rows
-  fetched on demand through :class:`margindist.kernels.KernelRowCache` (an LRU cache under a
-  byte budget: no m x m matrix beyond the budget), or read from a dense K when the caller
-  can afford one (a general symmetric Q is K = Q with y = 1, B = 0).
+  u = Q gamma + o as u_i = y_i (kv_i + B^2 sb) + o_i with kv = K Y gamma and the scalar
+  sb = sum_i y_i gamma_i, so a change of gamma_i costs one axpy of kernel row i (no labels in the
+  inner loop; the row is read only when gamma_i really changes). Rows come from
+  :class:`margindist.kernels.KernelRowCache` (an LRU cache under a byte budget: no m x m matrix
+  beyond the budget; float32 or float64 storage, float64 sums; all rows up front with
+  ``fill()`` when they fit), or from a dense K when the caller has one (wrapped as a full cache;
+  a general symmetric Q is K = Q with y = 1, B = 0). Each epoch streams the rows of the
+  variables that move, so the cost is memory-bound: float32 rows halve it.
 
 The coordinate step is the exact minimiser over one variable, projected on its box:
 ``a_k <- clip(a_k - g_k / (Q_ii + D_k), 0, U_k)`` with g_k = s_k u_i + D_k a_k + p_k. Each
@@ -45,7 +49,7 @@ import scipy.sparse as sp
 from numba import njit
 from sklearn.exceptions import ConvergenceWarning
 
-from ..kernels import KernelRowCache, KernelSpec, cache_row
+from ..kernels import KernelRowCache, cache_row
 
 __all__ = ["DCDResult", "dcd_linear", "dcd_kernel", "csr_parts", "seed_from"]
 
@@ -131,6 +135,44 @@ def row_sq_norms(X) -> np.ndarray:
     return np.einsum("ij,ij->i", Xf, Xf, dtype=np.float64)
 
 
+@njit(cache=True)
+def _begin_epoch(stats, index, active, rng):
+    """Reset the projected-gradient extremes and shuffle the active variables."""
+    stats[0] = -np.inf
+    stats[1] = np.inf
+    _shuffle(index, active, rng)
+
+
+@njit(cache=True)
+def _shrink(index, s, active):
+    """Move the sample at position s out of the active set; returns the new active count."""
+    active -= 1
+    i = index[s]
+    index[s] = index[active]
+    index[active] = i
+    return active
+
+
+@njit(cache=True)
+def _end_epoch(stats, pg_old, active, m, tol):
+    """LIBLINEAR's stopping rule and shrinking thresholds after an epoch.
+
+    Stops (returns converged=True) when the spread max PG - min PG over the active set is at most
+    tol and nothing is shrunk; if variables were shrunk, all come back for one more check. Otherwise
+    the epoch's extremes become the shrinking thresholds ``pg_old`` (infinite when not of the
+    right sign). Returns (converged, active).
+    """
+    if stats[0] - stats[1] <= tol:
+        if active == m:
+            return True, active
+        pg_old[0] = np.inf
+        pg_old[1] = -np.inf
+        return False, m
+    pg_old[0] = stats[0] if stats[0] > 0.0 else np.inf
+    pg_old[1] = stats[1] if stats[1] < 0.0 else -np.inf
+    return False, active
+
+
 # ----------------------------------------------------------------------------- linear path
 
 
@@ -214,44 +256,26 @@ def _dcd_linear_core(Xd, data, indices, indptr, sparse, bias, y, qd, D, p, U, a,
     n_sides = a.shape[0] // m
     index = np.arange(m)
     active = m
-    pg_max_old = np.inf
-    pg_min_old = -np.inf
+    pg_old = np.array([np.inf, -np.inf])
     stats = np.empty(2)
     it = 0
     converged = False
-    while it < max_iter:
-        stats[0] = -np.inf
-        stats[1] = np.inf
-        _shuffle(index, active, rng)
+    while it < max_iter and not converged:
+        _begin_epoch(stats, index, active, rng)
         s = 0
         while s < active:
             i = index[s]
             ui = y[i] * _row_dot(Xd, data, indices, indptr, sparse, i, w, bias)
-            dg, shrink = _coordinate_steps(i, m, n_sides, ui, qd[i], D, p, U, a, shrinking, pg_max_old,
-                                           pg_min_old, stats)
+            dg, shrink = _coordinate_steps(i, m, n_sides, ui, qd[i], D, p, U, a, shrinking, pg_old[0],
+                                           pg_old[1], stats)
             if dg != 0.0:
                 _row_axpy(Xd, data, indices, indptr, sparse, i, dg * y[i], w, bias)
             if shrink:
-                active -= 1
-                index[s] = index[active]
-                index[active] = i
-                continue
-            s += 1
+                active = _shrink(index, s, active)
+            else:
+                s += 1
         it += 1
-        if stats[0] - stats[1] <= tol:
-            if active == m:
-                converged = True
-                break
-            active = m
-            pg_max_old = np.inf
-            pg_min_old = -np.inf
-            continue
-        pg_max_old = stats[0]
-        pg_min_old = stats[1]
-        if pg_max_old <= 0.0:
-            pg_max_old = np.inf
-        if pg_min_old >= 0.0:
-            pg_min_old = -np.inf
+        converged, active = _end_epoch(stats, pg_old, active, m, tol)
     return it, converged
 
 
@@ -336,79 +360,54 @@ def dcd_linear(X, y, D, p, U, *, n_var, bias=1.0, w0=None, a0=None, tol=1e-3, ma
 
 
 @njit(cache=True)
-def _add_column(cache, Kfull, use_full, y, bias2, i, coef, u):
-    """u += coef * Q[:, i], Q_ij = y_i y_j (K_ij + bias2), K row i from Kfull or the cache."""
-    if use_full:
-        row = Kfull[i]
-    else:
-        row = cache_row(cache, i)
-    c = coef * y[i]
-    for j in range(u.shape[0]):
-        u[j] += c * y[j] * (row[j] + bias2)
+def _add_row(cache, i, c, kv):
+    """kv += c * K[i, :] with the row from the cache (float32 or float64 storage, float64 sums)."""
+    row = cache_row(cache, i)
+    for j in range(kv.shape[0]):
+        kv[j] += c * row[j]
 
 
 @njit(cache=True)
-def _dcd_kernel_core(cache, Kfull, use_full, y, bias2, qd, D, p, U, a, u, tol, max_iter, shrinking,
-                     rng):
+def _dcd_kernel_core(cache, y, bias2, qd, D, p, U, a, kv, sb, o, tol, max_iter, shrinking, rng):
+    """Kernel DCD on u = Q gamma + o kept as u_i = y_i (kv_i + bias2 sb) + o_i, with
+    kv = K Y gamma and sb = sum_i y_i gamma_i: a change of gamma_i is one axpy of kernel row i
+    (no label or bias in the inner loop)."""
     m = y.shape[0]
     n_sides = a.shape[0] // m
     index = np.arange(m)
     active = m
-    pg_max_old = np.inf
-    pg_min_old = -np.inf
+    pg_old = np.array([np.inf, -np.inf])
     stats = np.empty(2)
     it = 0
     converged = False
-    while it < max_iter:
-        stats[0] = -np.inf
-        stats[1] = np.inf
-        _shuffle(index, active, rng)
+    while it < max_iter and not converged:
+        _begin_epoch(stats, index, active, rng)
         s = 0
         while s < active:
             i = index[s]
-            dg, shrink = _coordinate_steps(i, m, n_sides, u[i], qd[i], D, p, U, a, shrinking, pg_max_old,
-                                           pg_min_old, stats)
+            ui = y[i] * (kv[i] + bias2 * sb[0]) + o[i]
+            dg, shrink = _coordinate_steps(i, m, n_sides, ui, qd[i], D, p, U, a, shrinking, pg_old[0],
+                                           pg_old[1], stats)
             if dg != 0.0:
-                _add_column(cache, Kfull, use_full, y, bias2, i, dg, u)
+                c = dg * y[i]
+                sb[0] += c
+                _add_row(cache, i, c, kv)
             if shrink:
-                active -= 1
-                index[s] = index[active]
-                index[active] = i
-                continue
-            s += 1
+                active = _shrink(index, s, active)
+            else:
+                s += 1
         it += 1
-        if stats[0] - stats[1] <= tol:
-            if active == m:
-                converged = True
-                break
-            active = m
-            pg_max_old = np.inf
-            pg_min_old = -np.inf
-            continue
-        pg_max_old = stats[0]
-        pg_min_old = stats[1]
-        if pg_max_old <= 0.0:
-            pg_max_old = np.inf
-        if pg_min_old >= 0.0:
-            pg_min_old = -np.inf
+        converged, active = _end_epoch(stats, pg_old, active, m, tol)
     return it, converged
 
 
 @njit(cache=True)
-def _kernel_u(cache, Kfull, use_full, y, bias2, gamma, u):
+def _kernel_kv(cache, y, gamma, kv, sb):
     for i in range(gamma.shape[0]):
         if gamma[i] != 0.0:
-            _add_column(cache, Kfull, use_full, y, bias2, i, gamma[i], u)
-
-
-_DUMMY_CACHE = None
-
-
-def _dummy_cache():
-    global _DUMMY_CACHE
-    if _DUMMY_CACHE is None:
-        _DUMMY_CACHE = KernelRowCache(KernelSpec("precomputed"), np.eye(2), max_bytes=64)
-    return _DUMMY_CACHE
+            c = gamma[i] * y[i]
+            sb[0] += c
+            _add_row(cache, i, c, kv)
 
 
 def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=None, bias=1.0, u0=None,
@@ -418,8 +417,10 @@ def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=N
 
     Q_ij = y_i y_j (K_ij + bias^2) with K read from exactly one of ``cache`` (a
     :class:`~margindist.kernels.KernelRowCache` over the training rows: columns fetched on
-    demand under its byte budget) or ``gram`` (a dense m x m matrix, used in place). A
-    general symmetric matrix Q is passed as ``gram=Q`` with y = 1 and bias = 0.
+    demand under its byte budget, stored in float64 or float32, or all of them after
+    :meth:`~margindist.kernels.KernelRowCache.fill`) or ``gram`` (a dense m x m matrix, float64
+    or float32, used in place). A general symmetric matrix Q is passed as ``gram=Q`` with y = 1
+    and bias = 0. Sums are float64 whatever the storage.
 
     u0 : ndarray of shape (m,), optional
         The offset o (u = Q gamma + o).
@@ -434,24 +435,22 @@ def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=N
     D, p, U = _as_arrays(n_var, D, p, U)
     bias2 = float(bias) ** 2
     if gram is not None:
-        Kfull = np.ascontiguousarray(gram, dtype=np.float64)
-        if Kfull.shape != (m, m):
-            raise ValueError(f"gram must be {m} x {m}; got {Kfull.shape}.")
-        qd = np.diag(Kfull) + bias2
-        state = _dummy_cache().state
-        use_full = True
-    else:
-        Kfull = np.zeros((0, 0))
-        qd = np.asarray(cache.diag, dtype=np.float64) + bias2
-        state = cache.state
-        use_full = False
+        if np.shape(gram) != (m, m):
+            raise ValueError(f"gram must be {m} x {m}; got {np.shape(gram)}.")
+        cache = KernelRowCache.from_gram(gram)
+    elif cache.state[1].shape[0] != m:
+        raise ValueError(f"The cache holds {cache.state[1].shape[0]} rows; y has {m}.")
+    qd = np.asarray(cache.diag, dtype=np.float64) + bias2
     a = _initial_a(a0, n_var, U)
-    u = np.zeros(m) if u0 is None else np.array(u0, dtype=np.float64).ravel()
+    o = np.zeros(m) if u0 is None else np.array(u0, dtype=np.float64).ravel()
+    kv = np.zeros(m)
+    sb = np.zeros(1)
     gamma = a[:m] - a[m:] if n_var == 2 * m else a.copy()
     if np.any(gamma != 0):
-        _kernel_u(state, Kfull, use_full, y, bias2, gamma, u)
-    it, conv = _dcd_kernel_core(state, Kfull, use_full, y, bias2, qd, D, p, U, a, u, float(tol),
-                                int(max_iter), bool(shrinking), seed_from(random_state))
+        _kernel_kv(cache.state, y, gamma, kv, sb)
+    it, conv = _dcd_kernel_core(cache.state, y, bias2, qd, D, p, U, a, kv, sb, o, float(tol), int(max_iter),
+                                bool(shrinking), seed_from(random_state))
     if not conv:
         _warn(it, tol, warn_label)
+    u = y * (kv + bias2 * sb[0]) + o
     return DCDResult(a=a, w=None, u=u, n_iter=int(it), converged=bool(conv))
