@@ -485,3 +485,80 @@ def test_real_data_accuracy_close_to_svc():
     ours = KMOMD(lam=0.1).fit(X[tr], y[tr]).score(X[te], y[te])
     svc = SVC().fit(X[tr], y[tr]).score(X[te], y[te])
     assert ours > 0.85 and ours > svc - 0.03
+
+
+# ------------------------------------------------------------------ active-set Newton phase, float32 rows
+
+
+@pytest.mark.parametrize("lam", [0.005, 0.05, 0.5])
+def test_newton_phase_reaches_the_qp_optimum(lam):
+    X, y = _data(m=90, seed=30, sep=0.7)
+    w = np.random.default_rng(31).uniform(0.3, 3.0, size=y.size)
+    spec = resolve_kernel("rbf", X, gamma=0.8)
+    smo = kmomd_kernel(spec, X, y, w, lam, tol=TIGHT, newton=False)
+    nt = kmomd_kernel(spec, X, y, w, lam, tol=TIGHT, newton=True, history_every=1)
+    g_qp, f_qp = _qp(kernel_matrix(spec, X), y, w, lam)
+    assert nt.converged and nt.newton_iter >= 1
+    _feasible(nt.gamma, y)
+    np.testing.assert_allclose(nt.objective, f_qp, rtol=1e-9)
+    assert nt.objective <= f_qp + 1e-12
+    np.testing.assert_allclose(nt.gamma, smo.gamma, atol=1e-9)
+    np.testing.assert_allclose(nt.gamma, g_qp, atol=1e-6)
+    np.testing.assert_allclose(nt.objective, kmomd_objective(spec, X, y, nt.gamma, lam, w), rtol=1e-12)
+    # the SMO's 2 m updates, the Newton point, then the SMO's check: never an increase
+    assert np.all(np.diff(nt.history) <= 1e-15 * nt.history[0])
+    assert nt.n_iter < smo.n_iter
+
+
+def test_newton_phase_alone_satisfies_kkt():
+    """The active-set iterations end on the exact optimum: the SMO after them only checks."""
+    X, y = _data(m=120, seed=32, sep=0.5)
+    lam = 0.02
+    spec = resolve_kernel("rbf", X, gamma=1.0)
+    res = kmomd_kernel(spec, X, y, None, lam, tol=1e-6, newton=True)
+    assert res.converged and res.n_iter == 2 * y.size  # no pair update after the Newton point
+    G = kernel_matrix(spec, X)
+    grad = 2 * (1 - lam) * y * (G @ (y * res.gamma)) + 2 * lam * res.gamma
+    for c in (1.0, -1.0):
+        cls = y == c
+        sup = cls & (res.gamma > 0)
+        assert np.ptp(grad[sup]) <= 1e-6 * 2 * res.objective
+        assert np.all(grad[cls & (res.gamma == 0)] >= grad[sup].max() - 1e-6 * 2 * res.objective)
+
+
+def test_newton_phase_skipped_when_rows_do_not_fit():
+    X, y = _data(m=80, seed=33)
+    spec = resolve_kernel("rbf", X, gamma=0.5)
+    small = kmomd_kernel(spec, X, y, None, 0.05, tol=TIGHT, newton=True, max_bytes=8 * 80 * 10)  # 10 rows
+    big = kmomd_kernel(spec, X, y, None, 0.05, tol=TIGHT, newton=False)
+    assert small.newton_iter == 0 and small.converged
+    np.testing.assert_allclose(small.gamma, big.gamma, atol=1e-10)
+    with pytest.raises(ValueError, match="newton"):
+        kmomd_kernel(spec, X, y, None, 0.05, newton="yes")
+
+
+@pytest.mark.parametrize("newton", [False, True])
+def test_float32_rows_solve_the_rounded_problem(newton):
+    X, y = _data(m=70, seed=34, sep=0.8)
+    lam = 0.05
+    spec = resolve_kernel("rbf", X, gamma=0.6)
+    K32 = kernel_matrix(spec, X).astype(np.float32).astype(np.float64)
+    r32 = kmomd_kernel(spec, X, y, None, lam, tol=1e-10, dtype=np.float32, newton=newton)
+    exact32 = kmomd_kernel(KernelSpec("precomputed"), K32, y, None, lam, tol=1e-10)
+    r64 = kmomd_kernel(spec, X, y, None, lam, tol=1e-10)
+    np.testing.assert_allclose(r32.gamma, exact32.gamma, atol=1e-8)  # the optimum for K rounded to float32
+    np.testing.assert_allclose(r32.gamma, r64.gamma, atol=1e-5)
+    np.testing.assert_allclose(r32.objective, r64.objective, rtol=1e-6)
+
+
+def test_estimator_newton_path_matches_smo_and_uses_float32_rows():
+    X, y = load_dataset("banana")
+    X = MinMaxScaler().fit_transform(X)[:1500]
+    y = y[:1500]
+    est = KMOMD(lam=0.02, tol=1e-3).fit(X, y)  # m >= 1000: the Newton phase runs
+    ref = KMOMD(lam=0.02, tol=1e-8).fit(X, y)  # float64 rows, tight
+    d, d_ref = est.decision_function(X), ref.decision_function(X)
+    np.testing.assert_allclose(d, d_ref, atol=1e-3 * np.abs(d_ref).max())
+    assert est.objective_[0] <= ref.objective_[0] * (1 + 2e-3)
+    h = est.objective_history_[0]
+    assert np.all(np.diff(h) <= 0)

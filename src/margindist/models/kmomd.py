@@ -14,6 +14,7 @@ from joblib import Parallel, delayed
 
 from .._base import BaseMarginClassifier, BinaryModel, _take_rows, get_logger
 from .._params import CACHE_SIZE, KERNEL_PARAMS, MULTICLASS_PARAMS, VERBOSE
+from ..kernels import cache_dtype
 from ..solvers.kmomd import kmomd_centroid, kmomd_kernel, kmomd_linear
 
 __all__ = ["KMOMD"]
@@ -93,7 +94,10 @@ class KMOMD(BaseMarginClassifier):
     degree : int, default=3
     coef0 : float, default=0.0
     solver : {"auto", "dual", "primal", "lbfgs"}, default="auto"
-        "dual": the SMO with kernel rows from the row cache (any kernel). "primal": linear
+        "dual": the SMO with kernel rows from the row cache (any kernel); for 1000 examples or
+        more and 0 < lam < 1, after 2 m pair updates without convergence, an active-set Newton
+        phase (linear solves on the candidate support by preconditioned conjugate gradients,
+        usually 4-10 of them) takes it to the optimum and the SMO checks the stopping rule. "primal": linear
         kernel only; the same SMO keeps w = v(gamma) as an explicit vector and updates the
         gradients through X (dense or CSR, never densified): O(nnz(X)) per update and no
         cache. "lbfgs": linear kernel and lam > 0; maximises the concave dual of the problem
@@ -113,7 +117,9 @@ class KMOMD(BaseMarginClassifier):
         Cap on pair updates per binary problem; None means max(10^7, 100 m). A
         ConvergenceWarning is raised when it is reached.
     cache_size : float, default=200
-        MiB for the kernel-row cache (per binary problem).
+        MiB for the kernel-row cache (per binary problem). Rows are stored in float32 (as in
+        LIBSVM: twice the rows per MiB, half the memory traffic; gradients stay float64) unless
+        ``tol`` < 1e-5, where float64 keeps the solution exact to rounding.
     warm_start : bool, default=False
         Start the SMO from the previous fit's distribution gamma (renormalised per class)
         when the data have the same shape, e.g. along a path of decreasing ``lam`` (about
@@ -148,8 +154,8 @@ class KMOMD(BaseMarginClassifier):
     weight_norm_ : ndarray of shape (n_problems,)
         ||v(gamma)||, the distance between the two hull points.
     n_iter_ : int or ndarray
-        Pair updates, plus the L-BFGS iterations for ``solver="lbfgs"`` (per sub-problem for
-        more than two classes).
+        Pair updates, plus the L-BFGS iterations for ``solver="lbfgs"`` or the active-set
+        Newton iterations of the kernel solver (per sub-problem for more than two classes).
 
     Notes
     -----
@@ -160,7 +166,9 @@ class KMOMD(BaseMarginClassifier):
     Complexity: O(m) per pair update plus O(m d) per kernel-row cache miss (dual), or
     O(nnz(X)) per update (primal); O(nnz(X) + m log m) per L-BFGS iteration. The SMO needs
     several updates per example that carries weight, and more the smaller ``lam`` is (the
-    problem's conditioning scales with 1 / lam); lam = 1 is a closed form.
+    problem's conditioning scales with 1 / lam); the Newton phase costs O(n_S^2) per conjugate
+    gradient step and O(m r^2) for its preconditioner of rank r <= 300 (n_S the support size),
+    and needs the kernel rows of the support in the cache; lam = 1 is a closed form.
 
     Examples
     --------
@@ -275,7 +283,7 @@ class KMOMD(BaseMarginClassifier):
         else:
             res = kmomd_kernel(kernel, X, y, sample_weight, lam, tol=self.tol, max_iter=max_iter,
                                max_bytes=int(self.cache_size * 2**20), init="vertex" if init is None else init,
-                               history_every=history_every)
+                               history_every=history_every, dtype=cache_dtype(self.tol))
         log.info("KMOMD %s kernel=%s m=%d lam=%g: %d pair updates, objective %.6g, %s", solver, kernel.kind, m,
                  lam, res.n_iter, res.objective, res.status)
         if res.status == "max_iter":
@@ -307,7 +315,8 @@ class KMOMD(BaseMarginClassifier):
                 coef = np.asarray(X.T @ c, dtype=np.float64).ravel() if sp.issparse(X) else np.asarray(
                     X, dtype=np.float64).T @ c
             return BinaryModel(coef=coef, intercept=-res.theta, n_iter=res.n_iter + res.lbfgs_iter, extra=extra)
-        return BinaryModel(dual_coef=y * res.gamma, intercept=-res.theta, n_iter=res.n_iter, extra=extra)
+        return BinaryModel(dual_coef=y * res.gamma, intercept=-res.theta, n_iter=res.n_iter + res.newton_iter,
+                           extra=extra)
 
     def _set_extra(self, extras):
         for e in extras:  # only when fitted through the base class's own loop

@@ -42,8 +42,15 @@ theta = 1/2 <v, v_+ + v_-> = 1/2 sum_j gamma_j s_j; decision f(x) = sum_i y_i ga
 Back ends
 ---------
 * :func:`kmomd_kernel`: any kernel; two kernel rows per update from the LRU
-  :class:`~margindist.kernels.KernelRowCache` (byte budget, never an m x m matrix above it).
-  O(m) per update plus O(m d) per cache miss.
+  :class:`~margindist.kernels.KernelRowCache` (byte budget, never an m x m matrix above it;
+  float64 or float32 rows, float64 gradients). O(m) per update plus O(m d) per cache miss.
+  The optimum is interior on its support (the weights lie strictly inside their bounds), so the
+  SMO needs many updates per support example when lam is small. After 2 m updates the solver
+  therefore switches to a primal-dual active-set (semismooth Newton) phase, :func:`_newton_phase`:
+  on a candidate support the problem is a linear system, solved by conjugate gradients with a
+  Nystrom (pivoted partial Cholesky) preconditioner; the support is then corrected from the signs
+  of the weights and the gradients outside it, usually in 4-10 iterations. The SMO resumes from
+  that point (only if it is better) and checks, or completes, the stopping rule.
 * :func:`kmomd_linear`: linear kernel in the primal; keeps v(gamma) as an explicit vector and
   updates the gradients through X (dense or CSR, never densified). O(nnz(X)) per update, no
   cache.
@@ -61,7 +68,8 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from ..kernels import DEFAULT_CACHE_BYTES, KernelRowCache, KernelSpec, cache_row, kernel_decision
+from ..kernels import (DEFAULT_CACHE_BYTES, KernelRowCache, KernelSpec, cache_row, csr_clear, csr_row_dot,
+                       csr_scatter, kernel_decision)
 
 __all__ = [
     "KMOMDResult",
@@ -93,7 +101,8 @@ class KMOMDResult:
     within-class violation; status : "converged", "max_iter" or "hulls_touch" (lam = 0 and the
     convex hulls of the classes intersect); history : objective after every ``history_every``
     updates (first entry: the start point); coef : v as an explicit vector (linear back end);
-    lbfgs_iter : L-BFGS iterations of the linear start point (``init="lbfgs"``).
+    lbfgs_iter : L-BFGS iterations of the linear start point (``init="lbfgs"``); newton_iter :
+    active-set Newton iterations of the kernel solver (``newton``).
     """
 
     gamma: np.ndarray
@@ -107,6 +116,7 @@ class KMOMDResult:
     history: np.ndarray = field(default_factory=lambda: np.zeros(0))
     coef: np.ndarray | None = None
     lbfgs_iter: int = 0
+    newton_iter: int = 0
 
 
 # --------------------------------------------------------------------------------------
@@ -115,28 +125,10 @@ class KMOMDResult:
 
 
 @njit(cache=True)
-def _select_range(G, gamma, lo, hi):
-    """(min_j G_j, max_{j: gamma_j > 0} G_j, argmin, argmax) over rows lo..hi-1 (argmax -1 if no
-    row carries mass)."""
-    gmin = np.inf
-    gmax = -np.inf
-    r = -1
-    q = -1
-    for j in range(lo, hi):
-        g = G[j]
-        if g < gmin:
-            gmin = g
-            r = j
-        gq = g if gamma[j] > 0.0 else -np.inf
-        if gq > gmax:
-            gmax = gq
-            q = j
-    return gmin, gmax, r, q
-
-
-@njit(cache=True)
 def _update_select_range(G, gamma, lo, hi, Ka, Kb, k):
-    """G_j += k (Ka_j - Kb_j) on rows lo..hi-1, fused with :func:`_select_range` (one pass).
+    """G_j += k (Ka_j - Kb_j) on rows lo..hi-1, fused with the selection of the class's maximal
+    violating pair: returns (min_j G_j, max_{j: gamma_j > 0} G_j, argmin, argmax), argmax -1 if no
+    row carries mass. Ka, Kb may be float32 kernel rows (differences taken in float64).
 
     (Returning the selection rather than writing it into an array argument keeps the loop
     about twice as fast.)"""
@@ -145,7 +137,7 @@ def _update_select_range(G, gamma, lo, hi, Ka, Kb, k):
     r = -1
     q = -1
     for j in range(lo, hi):
-        g = G[j] + k * (Ka[j] - Kb[j])
+        g = G[j] + k * (np.float64(Ka[j]) - np.float64(Kb[j]))
         G[j] = g
         if g < gmin:
             gmin = g
@@ -158,18 +150,30 @@ def _update_select_range(G, gamma, lo, hi, Ka, Kb, k):
 
 
 @njit(cache=True)
-def _scores_from_rows(cache, rows, coef, out):
-    """out += sum_t coef_t k(x_{rows_t}, .) from the kernel-row cache."""
-    for t in range(rows.shape[0]):
-        K = cache_row(cache, rows[t])
-        c = coef[t]
-        for j in range(out.shape[0]):
-            out[j] += c * K[j]
+def _select_range(G, gamma, lo, hi):
+    """The selection of :func:`_update_select_range` without an update (k = 0 leaves G as it is)."""
+    return _update_select_range(G, gamma, lo, hi, G, G, 0.0)
 
 
 @njit(cache=True)
-def _pair_step(gamma, inv_w, lam, g_r, g_q, dist_sq, r, q):
-    """Exact clipped step moving mass from q to r; returns (eps, change of the objective)."""
+def _rows_combination(cache, rows, C, out):
+    """out[k] += sum_t C[k, t] k(x_{rows_t}, .) for every k (kernel rows from the cache, each read
+    once for all k; float64 sums whatever the cache's storage type)."""
+    nk = C.shape[0]
+    for t in range(rows.shape[0]):
+        K = cache_row(cache, rows[t])
+        for k in range(nk):
+            c = C[k, t]
+            if c != 0.0:
+                o = out[k]
+                for j in range(o.shape[0]):
+                    o[j] += c * K[j]
+
+
+@njit(cache=True)
+def _pair_step(gamma, G, inv_w, lam, g_r, g_q, dist_sq, r, q):
+    """Exact clipped step moving mass from q to r (gamma and the penalty part of G updated);
+    returns (eps, change of the objective)."""
     H = 2.0 * (1.0 - lam) * dist_sq + 2.0 * lam * (inv_w[r] + inv_w[q])
     Hs = H if H > _TAU else _TAU
     eps = (g_q - g_r) / Hs  # > 0 for a violating pair
@@ -179,6 +183,8 @@ def _pair_step(gamma, inv_w, lam, g_r, g_q, dist_sq, r, q):
     else:
         gamma[q] -= eps
     gamma[r] += eps
+    G[r] += 2.0 * lam * eps * inv_w[r]
+    G[q] -= 2.0 * lam * eps * inv_w[q]
     return eps, eps * (g_r - g_q) + 0.5 * eps * eps * H
 
 
@@ -201,21 +207,13 @@ def _linear_delta(mode, Xd, data, indices, indptr, r, q, c, v, u, delta):
         for f in range(d):
             delta[f] = 0.0
     else:
-        for k in range(indptr[r], indptr[r + 1]):
-            delta[indices[k]] += c * data[k]
-            v[indices[k]] += c * data[k]
-        for k in range(indptr[q], indptr[q + 1]):
-            delta[indices[k]] -= c * data[k]
-            v[indices[k]] -= c * data[k]
+        for sign, i in ((1.0, r), (-1.0, q)):
+            csr_scatter(data, indices, indptr, i, sign * c, delta)
+            csr_scatter(data, indices, indptr, i, sign * c, v)
         for j in range(m):
-            s = 0.0
-            for k in range(indptr[j], indptr[j + 1]):
-                s += data[k] * delta[indices[k]]
-            u[j] = s
-        for k in range(indptr[r], indptr[r + 1]):
-            delta[indices[k]] = 0.0
-        for k in range(indptr[q], indptr[q + 1]):
-            delta[indices[k]] = 0.0
+            u[j] = csr_row_dot(data, indices, indptr, j, delta)
+        csr_clear(indices, indptr, r, delta)
+        csr_clear(indices, indptr, q, delta)
 
 
 @njit(cache=True)
@@ -226,37 +224,33 @@ def _linear_dot(mode, Xd, data, indices, indptr, r, q, delta):
         for f in range(Xd.shape[1]):
             s += Xd[r, f] * Xd[q, f]
         return s
-    for k in range(indptr[r], indptr[r + 1]):
-        delta[indices[k]] = data[k]
-    s = 0.0
-    for k in range(indptr[q], indptr[q + 1]):
-        s += data[k] * delta[indices[k]]
-    for k in range(indptr[r], indptr[r + 1]):
-        delta[indices[k]] = 0.0
+    csr_scatter(data, indices, indptr, r, 1.0, delta)
+    s = csr_row_dot(data, indices, indptr, q, delta)
+    csr_clear(indices, indptr, r, delta)
     return s
 
 
 @njit(cache=True)
-def _smo(mode, cache, diag, Xd, data, indices, indptr, v, y, inv_w, lam, gamma, G, m_pos, tol, max_iter,
-         obj, obj0, hist_every, hist):
+def _smo(mode, cache, diag, Xd, data, indices, indptr, v, y, inv_w, lam, gamma, G, m_pos, tol, it0, max_iter,
+         obj, obj0, hist_every, hist, n_hist0):
     """Pair updates until the stopping rule holds or max_iter; rows 0..m_pos-1 are the positive
     class, the rest the negative class.
 
     mode 0: kernel rows from the row cache ``cache`` (``diag`` = k(x_i, x_i)); mode 1: linear
     primal on dense ``Xd`` (``diag`` = ||x_i||^2), mode 2: on CSR (data, indices, indptr); ``v`` =
-    sum_i y_i gamma_i x_i is kept up to date in modes 1 and 2.
+    sum_i y_i gamma_i x_i is kept up to date in modes 1 and 2. The count of updates starts at ``it0``
+    (a resumed run) and ``max_iter`` caps the total; history entries continue at ``n_hist0``.
     Returns (n_iter, violation, objective, n_hist, status).
     """
     m = G.shape[0]
     a = 2.0 * (1.0 - lam)
-    b = 2.0 * lam
     u = np.zeros(m if mode != 0 else 1, dtype=np.float64)
     zero = np.zeros(u.shape[0], dtype=np.float64)
     delta = np.zeros(v.shape[0], dtype=np.float64)
     gmin_p, gmax_p, r_p, q_p = _select_range(G, gamma, 0, m_pos)
     gmin_n, gmax_n, r_n, q_n = _select_range(G, gamma, m_pos, m)
-    n_hist = 1
-    it = 0
+    n_hist = n_hist0
+    it = it0
     viol = 0.0
     while True:
         v_p = gmax_p - gmin_p if q_p >= 0 else 0.0
@@ -281,27 +275,87 @@ def _smo(mode, cache, diag, Xd, data, indices, indptr, v, y, inv_w, lam, gamma, 
         if mode == 0:
             Kr = cache_row(cache, r)
             Kq = cache_row(cache, q)  # the LRU keeps r's slot: it was used last
-            dist_sq = diag[r] + diag[q] - 2.0 * Kr[q]
-        else:
-            Kr = u
-            Kq = zero
-            dist_sq = diag[r] + diag[q] - 2.0 * _linear_dot(mode, Xd, data, indices, indptr, r, q, delta)
-        eps, d_obj = _pair_step(gamma, inv_w, lam, g_r, g_q, dist_sq, r, q)
-        G[r] += b * eps * inv_w[r]
-        G[q] -= b * eps * inv_w[q]
-        if mode == 0:
+            dist_sq = diag[r] + diag[q] - 2.0 * np.float64(Kr[q])
+            eps, d_obj = _pair_step(gamma, G, inv_w, lam, g_r, g_q, dist_sq, r, q)
             # s_j += y_c eps (k(x_r, x_j) - k(x_q, x_j));  G_j += 2 (1 - lam) y_j (change of s_j)
             k = a * yc * eps
+            gmin_p, gmax_p, r_p, q_p = _update_select_range(G, gamma, 0, m_pos, Kr, Kq, k)
+            gmin_n, gmax_n, r_n, q_n = _update_select_range(G, gamma, m_pos, m, Kr, Kq, -k)
         else:
+            dist_sq = diag[r] + diag[q] - 2.0 * _linear_dot(mode, Xd, data, indices, indptr, r, q, delta)
+            eps, d_obj = _pair_step(gamma, G, inv_w, lam, g_r, g_q, dist_sq, r, q)
             _linear_delta(mode, Xd, data, indices, indptr, r, q, yc * eps, v, u, delta)
-            k = a
-        gmin_p, gmax_p, r_p, q_p = _update_select_range(G, gamma, 0, m_pos, Kr, Kq, k)
-        gmin_n, gmax_n, r_n, q_n = _update_select_range(G, gamma, m_pos, m, Kr, Kq, -k)
+            gmin_p, gmax_p, r_p, q_p = _update_select_range(G, gamma, 0, m_pos, u, zero, a)
+            gmin_n, gmax_n, r_n, q_n = _update_select_range(G, gamma, m_pos, m, u, zero, -a)
         obj += d_obj
         it += 1
         if hist_every > 0 and it % hist_every == 0 and n_hist < hist.shape[0]:
             hist[n_hist] = obj
             n_hist += 1
+
+
+@njit(cache=True)
+def _gather_block(cache, idx, out):
+    """out[a, b] = k(x_{idx_a}, x_{idx_b}) from the cached rows (the principal block of K on idx)."""
+    for a in range(idx.shape[0]):
+        row = cache_row(cache, idx[a])
+        o = out[a]
+        for b in range(idx.shape[0]):
+            o[b] = row[idx[b]]
+
+
+@njit(cache=True)
+def _sym_matmul(Kb, V, out):
+    """out = V Kb for a symmetric block Kb (n, n) and V (k, n): row b of Kb is read once for all k
+    (float64 sums, Kb float32 or float64)."""
+    nk, n = V.shape
+    for k in range(nk):
+        for a in range(n):
+            out[k, a] = 0.0
+    for b in range(n):
+        row = Kb[b]
+        for k in range(nk):
+            c = V[k, b]
+            if c != 0.0:
+                o = out[k]
+                for a in range(n):
+                    o[a] += c * row[a]
+
+
+@njit(cache=True)
+def _pivoted_cholesky(cache, diag, cand, r_max, stop, F, piv):
+    """Greedy pivoted partial Cholesky K ~ F^T F (F: (r_max, m), filled by rows), pivots among the
+    rows with ``cand`` true, columns over all rows.
+
+    Pivot k is the candidate with the largest residual diagonal d_j = K_jj - sum_t F[t, j]^2; stops
+    when that is <= ``stop`` or after ``r_max`` pivots. Returns (rank, residual diagonal of all
+    rows). One kernel row per pivot; O(m rank^2)."""
+    m = diag.shape[0]
+    d = diag.copy()
+    for k in range(r_max):
+        j = -1
+        for a in range(m):
+            if cand[a] and (j < 0 or d[a] > d[j]):
+                j = a
+        if j < 0 or d[j] <= stop:
+            return k, d
+        dj = d[j]
+        piv[k] = j
+        row = cache_row(cache, j)
+        f = F[k]
+        for a in range(m):
+            f[a] = row[a]
+        for t in range(k):
+            c = F[t, j]
+            ft = F[t]
+            for a in range(m):
+                f[a] -= c * ft[a]
+        sc = 1.0 / np.sqrt(dj)
+        for a in range(m):
+            f[a] *= sc
+            d[a] = max(d[a] - f[a] * f[a], 0.0)
+        d[j] = 0.0
+    return r_max, d
 
 
 # --------------------------------------------------------------------------------------
@@ -385,21 +439,41 @@ def _class_order(y):
     return None if np.array_equal(perm, np.arange(y.size)) else perm
 
 
-def _solve(mode, cache_state, diag, Xd, data, indices, indptr, v, y, w, lam, gamma, s, *, tol, max_iter,
-           history_every):
-    """Run the SMO on class-ordered rows; returns (G, n_iter, violation, status, history)."""
-    a, b = 2.0 * (1.0 - lam), 2.0 * lam
-    inv_w = 1.0 / w
-    G = np.ascontiguousarray(a * y * s + b * gamma * inv_w)
-    m_pos = int(np.count_nonzero(y > 0))
-    obj = 0.5 * float(gamma @ G)  # sum_j gamma_j G_j = 2 L
-    hist_every = int(history_every or 0)
-    hist = np.zeros(min(max_iter // hist_every + 2, 1_000_000) if hist_every > 0 else 1)
-    hist[0] = obj
-    it, viol, obj, n_hist, status = _smo(mode, cache_state, diag, Xd, data, indices, indptr, v, y, inv_w,
-                                         float(lam), gamma, G, m_pos, float(tol), int(max_iter), obj, obj,
-                                         hist_every, hist)
-    return G, int(it), float(viol), _STATUS[status], hist[:n_hist].copy()
+class _SMORun:
+    """The SMO on class-ordered rows, resumable: :meth:`run` continues from the current
+    (gamma, G) up to a total of ``max_iter`` updates; the history and the count carry over."""
+
+    def __init__(self, mode, cache_state, diag, Xd, data, indices, indptr, v, y, w, lam, gamma, G, *, tol,
+                 history_every):
+        self.args = (mode, cache_state, diag, Xd, data, indices, indptr, v, y)
+        self.y, self.w, self.lam, self.tol = y, w, float(lam), float(tol)
+        self.inv_w = 1.0 / w
+        self.gamma, self.G = gamma, np.ascontiguousarray(G, dtype=np.float64)
+        self.m_pos = int(np.count_nonzero(y > 0))
+        self.obj = self.obj0 = 0.5 * float(gamma @ self.G)  # sum_j gamma_j G_j = 2 L
+        self.hist_every = int(history_every or 0)
+        self.hist = [np.array([self.obj])]
+        self.it, self.violation, self.status = 0, np.inf, "max_iter"
+
+    def run(self, max_iter):
+        he = self.hist_every
+        n_new = min(max(max_iter - self.it, 0) // he + 2, 1_000_000) if he > 0 else 1
+        hist = np.zeros(n_new)
+        it, viol, obj, n_hist, status = _smo(*self.args, self.inv_w, self.lam, self.gamma, self.G, self.m_pos,
+                                             self.tol, self.it, int(max_iter), self.obj, self.obj0, he, hist, 0)
+        self.hist.append(hist[:n_hist])
+        self.it, self.violation, self.obj, self.status = int(it), float(viol), float(obj), _STATUS[status]
+        return self
+
+    def restart(self, gamma, G):
+        """Continue from another feasible point (with its exact gradient G)."""
+        self.gamma[:] = gamma
+        self.G[:] = G
+        self.obj = 0.5 * float(gamma @ G)
+
+    @property
+    def history(self):
+        return np.concatenate(self.hist)
 
 
 def _result(gamma, s, y, w, lam, it, viol, status, history, perm=None, coef=None):
@@ -415,9 +489,167 @@ def _result(gamma, s, y, w, lam, it, viol, status, history, perm=None, coef=None
                        coef=coef)
 
 
+#: ``newton="auto"`` runs the active-set Newton phase for problems with at least this many examples.
+_NEWTON_MIN_M = 1000
+#: ... after this many pair updates per example without convergence.
+_NEWTON_AFTER = 2
+#: At most this many active-set iterations (the phase usually ends after 4-10).
+_NEWTON_MAX_ITER = 30
+_EARLY_TOL = 0.01
+#: At most this many Nystrom landmarks in the preconditioner.
+_NEWTON_RANK = 300
+#: Conjugate-gradient iterations per active-set iteration, at most.
+_NEWTON_MAX_CG = 300
+
+
+def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
+    """Primal-dual active-set (semismooth Newton) iterations from the support of ``gamma``.
+
+    On a fixed candidate support I the problem is an equality-constrained quadratic program:
+    H_II gamma_I = nu_+ e_+ + nu_- e_- with H = 2 (1 - lam) Y K Y + 2 lam W^-1 and the class sums
+    equal to 1, i.e. two solves with H_II and a 2 x 2 system for the multipliers nu. Then I is
+    updated (Hintermueller, Ito, Kunisch 2002): examples of I whose weight came out negative leave,
+    examples outside whose gradient is below their class's multiplier enter; when I no longer
+    changes, the KKT conditions hold (up to the accuracy of the solves). The solves are conjugate
+    gradients with two right-hand sides (one pass over the kernel rows of I per iteration for
+    both), preconditioned by P = 2 (1 - lam) Y (F^T F + diag(d)) Y + 2 lam W^-1 from a pivoted
+    partial Cholesky factor F of K (Nystrom landmarks chosen greedily among the starting support,
+    residual diagonal d) and the Woodbury identity.
+
+    The products with K_II read the principal block of K on I, gathered once per iteration when
+    it fits in ``block_bytes``, else the full cached rows of I. Needs the kernel rows of every
+    example of I in the cache at once. Returns (gamma, G,
+    iterations) with gamma feasible (negative weights dropped, each class renormalised) and G its
+    exact gradient, or None when the phase cannot run (rows do not fit) or ends without a point.
+    """
+    from scipy.linalg import cho_factor, cho_solve
+
+    state, m = cache.state, y.shape[0]
+    a2, b2 = 2.0 * (1.0 - lam), 2.0 * lam
+    inv_w = 1.0 / w
+    pos = y > 0
+    diag = np.ascontiguousarray(cache.diag, dtype=np.float64)
+    r_max = int(min(_NEWTON_RANK, m, max(cache.n_slots // 4, 1)))
+    F = np.zeros((r_max, m))
+    # landmarks among the starting support: the residual matters on the examples that carry weight
+    rank, dres = _pivoted_cholesky(state, diag, gamma > 0, r_max, 0.05 * lam / ((1.0 - lam) * w.max()), F,
+                                   np.zeros(r_max, dtype=np.int64))
+    F = F[:rank]
+    I = gamma > 0
+    cg_tol, final_tol, prev_changes, stalls = _EARLY_TOL, max(0.1 * tol, 1e-10), np.inf, 0
+    gI = nu = idx = block_buf = M = None
+    I_M = np.zeros(m, dtype=bool)
+    X_prev = np.zeros((2, m))
+    n_it = 0
+    for n_it in range(1, _NEWTON_MAX_ITER + 1):
+        idx = np.flatnonzero(I)
+        n = idx.size
+        if n > cache.n_slots or not (pos[idx].any() and (~pos[idx]).any()):
+            return None
+        yI, iwI = y[idx], inv_w[idx]
+        Dp = a2 * dres[idx] + b2 * iwI
+        A = np.ascontiguousarray(F[:, idx])
+        if rank:  # M = I + 2 (1 - lam) F_I diag(1 / Dp) F_I^T, updated for the examples that changed
+            changed = np.flatnonzero(I != I_M)
+            if M is None or changed.size > idx.size // 2:
+                M = np.eye(rank) + a2 * ((A / Dp) @ A.T)
+            else:
+                Fc = F[:, changed]
+                sign = np.where(I[changed], 1.0, -1.0)
+                M += a2 * ((Fc * (sign / (a2 * dres[changed] + b2 * inv_w[changed]))) @ Fc.T)
+            I_M = I.copy()
+            Mf = cho_factor(M)
+        yD = yI / Dp
+
+        def prec(R):
+            out = R / Dp
+            if rank:
+                out -= a2 * yD * (cho_solve(Mf, A @ (R * yD).T).T @ A)
+            return out
+
+        if n * n * cache.dtype.itemsize <= block_bytes:  # the principal block, read once per product
+            if block_buf is None or block_buf.size < n * n:  # one buffer for the iterations
+                block_buf = np.empty(min(2 * n * n, block_bytes // cache.dtype.itemsize), dtype=cache.dtype)
+            Kb = block_buf[: n * n].reshape(n, n)
+            _gather_block(state, idx, Kb)
+
+            def kmul(V):
+                out = np.empty_like(V)
+                _sym_matmul(Kb, V, out)
+                return out
+        else:  # from the full cached rows
+
+            def kmul(V):
+                full = np.zeros((V.shape[0], m))
+                _rows_combination(state, idx, V, full)
+                return full[:, idx]
+
+        def hmul(V):
+            return a2 * yI * kmul(V * yI) + b2 * iwI * V
+
+        B = np.vstack([pos[idx], ~pos[idx]]).astype(np.float64)
+        Xs = X_prev[:, idx]  # warm start: the previous solutions, 0 on examples that just entered
+        R = B - hmul(Xs) if n_it > 1 else B.copy()
+        Z = prec(R)
+        P = Z.copy()
+        rz = np.sum(R * Z, axis=1)
+        n_cg = 0
+        for _ in range(_NEWTON_MAX_CG):
+            n_cg += 1
+            if (np.max(np.abs(R)) <= final_tol if cg_tol <= final_tol else
+                    np.max(np.sum(R * R, axis=1) / np.sum(B, axis=1)) <= cg_tol * cg_tol):
+                break
+            HP = hmul(P)
+            alpha = rz / np.sum(P * HP, axis=1)
+            Xs += alpha[:, None] * P
+            R -= alpha[:, None] * HP
+            Z = prec(R)
+            rz_new = np.sum(R * Z, axis=1)
+            P = Z + (rz_new / rz)[:, None] * P
+            rz = rz_new
+        X_prev[:] = 0.0
+        X_prev[:, idx] = Xs
+        S = Xs @ B.T  # S[c, c'] = sum over class c' of the solution for class c
+        try:
+            nu = np.linalg.solve(S.T, np.ones(2))
+        except np.linalg.LinAlgError:
+            return None
+        gI = nu @ Xs
+        g = np.zeros(m)
+        g[idx] = gI
+        s_all = np.zeros((1, m))
+        _rows_combination(state, idx, (yI * gI)[None, :], s_all)
+        G = a2 * y * s_all[0] + b2 * g * inv_w
+        I_new = (I & (g > 0)) | (~I & (G < np.where(pos, nu[0], nu[1])))
+        changes = int(np.count_nonzero(I_new != I))
+        if cg_tol > final_tol and (changes <= 0.05 * n or changes >= prev_changes):
+            cg_tol = final_tol  # near the end (or cycling on inexact solves): solve accurately
+        elif changes == 0:
+            break
+        elif changes >= prev_changes:
+            stalls += 1
+            if stalls >= 3:
+                break
+        prev_changes = changes
+        I = I_new
+    g = np.zeros(m)
+    g[idx] = np.maximum(gI, 0.0)
+    for cls in (pos, ~pos):
+        total = g[cls].sum()
+        if not total > 0:
+            return None
+        g[cls] /= total
+    sv = np.flatnonzero(g > 0)
+    s_all = np.zeros((1, m))
+    _rows_combination(state, sv, (y[sv] * g[sv])[None, :], s_all)
+    return g, a2 * y * s_all[0] + b2 * g * inv_w, n_it
+
+
 def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-3, max_iter=10_000_000,
-                 max_bytes=DEFAULT_CACHE_BYTES, init="vertex", history_every=0) -> KMOMDResult:
-    """KM-OMD by pair SMO with kernel rows from the LRU row cache (any kernel incl. precomputed).
+                 max_bytes=DEFAULT_CACHE_BYTES, init="vertex", history_every=0, dtype=np.float64,
+                 newton="auto") -> KMOMDResult:
+    """KM-OMD by pair SMO with kernel rows from the LRU row cache (any kernel incl. precomputed),
+    accelerated by an active-set Newton phase.
 
     Parameters
     ----------
@@ -442,40 +674,65 @@ def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-
         solution for another lam; made feasible by renormalising each class; O(m n_SV) kernel
         evaluations).
     history_every : int
-        Record the objective every this many updates (0: only the start value).
+        Record the objective every this many updates (0: only the start value). After the
+        Newton phase, its objective is recorded as well.
+    dtype : {np.float64, np.float32}
+        Storage of the cached kernel rows (see :class:`~margindist.kernels.KernelRowCache`);
+        gradients and objective are accumulated in float64 either way. With float32 the solver
+        works on the kernel rounded to float32 (relative 6e-8), which suits tol >= 1e-5.
+    newton : {"auto", True, False}
+        After 2 m pair updates without convergence, run :func:`_newton_phase` (primal-dual active
+        set with preconditioned conjugate gradients) from the SMO's support, and continue the SMO
+        from its point when that is better (the SMO then only checks, or completes, the stopping
+        rule). It needs the kernel rows of the support in the cache at once (else it is skipped).
+        "auto": for m >= 1000 and 0 < lam < 1. The objective never increases either way.
 
     The rows are put in class order internally (a permuted copy of X, or of the Gram matrix for
     "precomputed", when the classes are interleaved) so that the update pass runs over
-    contiguous memory; the result is in the caller's order.
+    contiguous memory; the result is in the caller's order. ``n_iter`` counts pair updates,
+    ``newton_iter`` the active-set iterations.
     """
     y, w = _check_inputs(y, sample_weight, lam)
     if lam == 1.0:
         return kmomd_centroid(spec, X, y, w)
+    if newton not in ("auto", True, False):
+        raise ValueError(f"newton must be 'auto', True or False; got {newton!r}.")
     perm = _class_order(y)
     if perm is not None:
         y, w = y[perm], w[perm]
         X = X[np.ix_(perm, perm)] if spec.kind == "precomputed" else X[perm]
-    cache = KernelRowCache(spec, X, max_bytes=max_bytes)
+    m = y.size
+    cache = KernelRowCache(spec, X, max_bytes=max_bytes, dtype=dtype)
     if not isinstance(init, str):  # a previous solution (warm start), in the caller's row order
         gamma = _feasible_start(init, y, w, perm)
     else:
         gamma = initial_distribution(y, w, init)
-    if not isinstance(init, str) or init == "uniform":
-        # s = K Y gamma through the cache rows of the examples with mass (the SMO needs them next)
-        sv = np.flatnonzero(gamma > 0)
-        s = np.zeros(y.size)
-        _scores_from_rows(cache.state, sv, y[sv] * gamma[sv], s)
-    else:
-        pos = np.flatnonzero((gamma > 0) & (y > 0))[0]
-        neg = np.flatnonzero((gamma > 0) & (y < 0))[0]
-        s = cache.row(pos) - cache.row(neg)
+    # s = K Y gamma through the cache rows of the examples with mass (the SMO needs them next)
+    sv = np.flatnonzero(gamma > 0)
+    s = np.zeros((1, m))
+    _rows_combination(cache.state, sv, (y[sv] * gamma[sv])[None, :], s)
+    G = 2.0 * (1.0 - lam) * y * s[0] + 2.0 * lam * gamma / w
     e_f, e_i = np.zeros(0), np.zeros(0, dtype=np.int64)
-    G, it, viol, status, hist = _solve(
-        0, cache.state, np.ascontiguousarray(cache.diag, dtype=np.float64), np.zeros((0, 0)), e_f, e_i, e_i,
-        e_f, y, w, lam, gamma, np.ascontiguousarray(s, dtype=np.float64), tol=tol, max_iter=max_iter,
-        history_every=history_every)
+    smo = _SMORun(0, cache.state, np.ascontiguousarray(cache.diag, dtype=np.float64), np.zeros((0, 0)), e_f, e_i,
+                  e_i, e_f, y, w, lam, gamma, G, tol=tol, history_every=history_every)
+    use_newton = newton is True or (newton == "auto" and m >= _NEWTON_MIN_M and 0.0 < lam < 1.0)
+    n_newton = 0
+    if use_newton and lam > 0.0:
+        smo.run(min(max_iter, _NEWTON_AFTER * m))
+        if smo.status == "max_iter" and smo.it < max_iter:
+            out = _newton_phase(cache, y, w, lam, smo.gamma, tol, max_bytes // 2)
+            if out is not None:
+                g_new, G_new, n_newton = out
+                if 0.5 * float(g_new @ G_new) < smo.obj:
+                    smo.restart(g_new, G_new)
+                    smo.hist.append(np.array([smo.obj]))
+    if smo.status != "converged" or not use_newton:
+        smo.run(max_iter)
+    gamma, G = smo.gamma, smo.G
     s = y * (G - 2.0 * lam * gamma / w) / (2.0 * (1.0 - lam))
-    return _result(gamma, s, y, w, lam, it, viol, status, hist, perm=perm)
+    res = _result(gamma, s, y, w, lam, smo.it, smo.violation, smo.status, smo.history, perm=perm)
+    res.newton_iter = n_newton
+    return res
 
 
 def _waterfill(t, w, lam):
@@ -617,11 +874,11 @@ def kmomd_linear(X, y, sample_weight=None, lam=0.1, *, tol=1e-3, max_iter=10_000
     s = np.asarray(Xc @ v, dtype=np.float64).ravel()
     if lam == 1.0:
         return _result(gamma, s, y, w, lam, 0, 0.0, "converged", np.array([0.0]), perm=perm, coef=v)
-    G, it, viol, status, hist = _solve(
-        mode, _dummy_cache(), sqn, Xd, data, indices, indptr, v, y, w, lam, gamma, np.ascontiguousarray(s),
-        tol=tol, max_iter=max_iter, history_every=history_every)
+    G = 2.0 * (1.0 - lam) * y * s + 2.0 * lam * gamma / w
+    smo = _SMORun(mode, _dummy_cache(), sqn, Xd, data, indices, indptr, v, y, w, lam, gamma, G, tol=tol,
+                  history_every=history_every).run(max_iter)
     s = np.asarray(Xc @ v, dtype=np.float64).ravel()  # exact scores from the final v
-    res = _result(gamma, s, y, w, lam, it, viol, status, hist, perm=perm, coef=v)
+    res = _result(gamma, s, y, w, lam, smo.it, smo.violation, smo.status, smo.history, perm=perm, coef=v)
     res.lbfgs_iter = n_lbfgs
     return res
 
