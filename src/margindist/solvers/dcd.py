@@ -250,40 +250,14 @@ def _coordinate_steps(i, m, n_sides, ui, qdi, D, p, U, a, shrinking, pg_max_old,
 
 
 @njit(cache=True)
-def _dcd_linear_core(Xd, data, indices, indptr, sparse, bias, y, qd, D, p, U, a, w, tol, max_iter,
-                     shrinking, rng):
-    m = y.shape[0]
-    n_sides = a.shape[0] // m
-    index = np.arange(m)
-    active = m
-    pg_old = np.array([np.inf, -np.inf])
-    stats = np.empty(2)
-    it = 0
-    converged = False
-    while it < max_iter and not converged:
-        _begin_epoch(stats, index, active, rng)
-        s = 0
-        while s < active:
-            i = index[s]
-            ui = y[i] * _row_dot(Xd, data, indices, indptr, sparse, i, w, bias)
-            dg, shrink = _coordinate_steps(i, m, n_sides, ui, qd[i], D, p, U, a, shrinking, pg_old[0],
-                                           pg_old[1], stats)
-            if dg != 0.0:
-                _row_axpy(Xd, data, indices, indptr, sparse, i, dg * y[i], w, bias)
-            if shrink:
-                active = _shrink(index, s, active)
-            else:
-                s += 1
-        it += 1
-        converged, active = _end_epoch(stats, pg_old, active, m, tol)
-    return it, converged
-
-
-@njit(cache=True)
 def _linear_w(Xd, data, indices, indptr, sparse, bias, y, gamma, w):
     for i in range(y.shape[0]):
         if gamma[i] != 0.0:
             _row_axpy(Xd, data, indices, indptr, sparse, i, gamma[i] * y[i], w, bias)
+
+
+#: Placeholder cache for the linear path of :func:`_dcd_core`.
+_NO_CACHE = KernelRowCache.from_gram(np.zeros((1, 1)))
 
 
 def _as_arrays(n_var, D, p, U):
@@ -349,8 +323,9 @@ def dcd_linear(X, y, D, p, U, *, n_var, bias=1.0, w0=None, a0=None, tol=1e-3, ma
     gamma = a[:m] - a[m:] if n_var == 2 * m else a.copy()
     if np.any(gamma != 0):
         _linear_w(Xd, data, indices, indptr, sparse, float(bias), y, gamma, w)
-    it, conv = _dcd_linear_core(Xd, data, indices, indptr, sparse, float(bias), y, qd, D, p, U, a, w,
-                                float(tol), int(max_iter), bool(shrinking), seed_from(random_state))
+    e = np.zeros(0)
+    it, conv = _dcd_core(False, Xd, data, indices, indptr, sparse, w, _NO_CACHE.state, e, e, e, y, float(bias), qd,
+                         D, p, U, a, float(tol), int(max_iter), bool(shrinking), seed_from(random_state))
     if not conv:
         _warn(it, tol, warn_label)
     return DCDResult(a=a, w=w, u=None, n_iter=int(it), converged=bool(conv))
@@ -368,12 +343,17 @@ def _add_row(cache, i, c, kv):
 
 
 @njit(cache=True)
-def _dcd_kernel_core(cache, y, bias2, qd, D, p, U, a, kv, sb, o, tol, max_iter, shrinking, rng):
-    """Kernel DCD on u = Q gamma + o kept as u_i = y_i (kv_i + bias2 sb) + o_i, with
-    kv = K Y gamma and sb = sum_i y_i gamma_i: a change of gamma_i is one axpy of kernel row i
-    (no label or bias in the inner loop)."""
+def _dcd_core(kernel, Xd, data, indices, indptr, sparse, w, cache, kv, sb, o, y, bias, qd, D, p, U, a, tol,
+              max_iter, shrinking, rng):
+    """The epochs of both data paths (see the module docstring).
+
+    kernel=False: u_i = y_i <w, xh_i> from X (dense or CSR) and w, updated by an axpy of x_i.
+    kernel=True: u_i = y_i (kv_i + bias^2 sb) + o_i with kv = K Y gamma and sb = sum_i y_i gamma_i,
+    updated by one axpy of kernel row i from ``cache`` (no label or bias in the inner loop).
+    The arrays of the other path are unused placeholders. Returns (epochs, converged)."""
     m = y.shape[0]
     n_sides = a.shape[0] // m
+    bias2 = bias * bias
     index = np.arange(m)
     active = m
     pg_old = np.array([np.inf, -np.inf])
@@ -385,13 +365,19 @@ def _dcd_kernel_core(cache, y, bias2, qd, D, p, U, a, kv, sb, o, tol, max_iter, 
         s = 0
         while s < active:
             i = index[s]
-            ui = y[i] * (kv[i] + bias2 * sb[0]) + o[i]
+            if kernel:
+                ui = y[i] * (kv[i] + bias2 * sb[0]) + o[i]
+            else:
+                ui = y[i] * _row_dot(Xd, data, indices, indptr, sparse, i, w, bias)
             dg, shrink = _coordinate_steps(i, m, n_sides, ui, qd[i], D, p, U, a, shrinking, pg_old[0],
                                            pg_old[1], stats)
             if dg != 0.0:
                 c = dg * y[i]
-                sb[0] += c
-                _add_row(cache, i, c, kv)
+                if kernel:
+                    sb[0] += c
+                    _add_row(cache, i, c, kv)
+                else:
+                    _row_axpy(Xd, data, indices, indptr, sparse, i, c, w, bias)
             if shrink:
                 active = _shrink(index, s, active)
             else:
@@ -448,8 +434,10 @@ def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=N
     gamma = a[:m] - a[m:] if n_var == 2 * m else a.copy()
     if np.any(gamma != 0):
         _kernel_kv(cache.state, y, gamma, kv, sb)
-    it, conv = _dcd_kernel_core(cache.state, y, bias2, qd, D, p, U, a, kv, sb, o, float(tol), int(max_iter),
-                                bool(shrinking), seed_from(random_state))
+    Xd, data, indices, indptr, _ = csr_parts(np.zeros((0, 0)))
+    it, conv = _dcd_core(True, Xd, data, indices, indptr, False, np.zeros(1), cache.state, kv, sb, o, y,
+                         float(bias), qd, D, p, U, a, float(tol), int(max_iter), bool(shrinking),
+                         seed_from(random_state))
     if not conv:
         _warn(it, tol, warn_label)
     u = y * (kv + bias2 * sb[0]) + o
