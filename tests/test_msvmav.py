@@ -192,8 +192,8 @@ def test_linear_steps_are_stationary(australian, update):
     assert checked == list(range(1, 9))
 
 
-@pytest.mark.parametrize("prox", ["paper", "rkhs"])
-def test_kernel_semivariance_step_is_stationary(prox):
+@pytest.mark.parametrize("prox,update", [("paper", "batched"), ("rkhs", "batched"), ("paper", "auto")])
+def test_kernel_semivariance_step_is_stationary(prox, update):
     from margindist.kernels import resolve_kernel
 
     X, y = _scaled("wdbc", n=80)
@@ -235,9 +235,10 @@ def test_kernel_semivariance_step_is_stationary(prox):
         assert (s * y) @ (K @ a) > 0
         checked.append(info["k"])
 
-    msvmav_kernel(spec, X, y, s, alpha, beta, kernel_prox=prox, max_iter=5, tol=0.0,
-                  update="batched", callback=check)
+    _, _, res = msvmav_kernel(spec, X, y, s, alpha, beta, kernel_prox=prox, max_iter=5, tol=0.0,
+                              update=update, callback=check)
     assert checked == [1, 2, 3, 4, 5]
+    assert res["family"] == ("capacitance" if update == "auto" else "direct")
 
 
 # --------------------------------------------------------------------------------------
@@ -682,3 +683,84 @@ def test_sparse_cg_steps_match_direct_solves():
     assert len(errs) == 60 and max(errs) <= 1e-8
     c2, b2, _ = msvmav_linear(X.toarray(), y, s, 8.0, 0.125, max_iter=60, tol=0.0, update="batched")
     assert np.allclose(np.append(c1, b1), np.append(c2, b2), atol=1e-8)
+
+
+
+# --------------------------------------------------------------------------------------
+# kernel path in the coefficients: capacitance inverse, compiled loop, eigenbasis route
+# --------------------------------------------------------------------------------------
+
+
+def _kernel_problem(n=150, seed=13, weights=True):
+    from margindist.kernels import resolve_kernel
+
+    X, y = _scaled("australian", n=n, seed=seed)
+    y = _pm(y)
+    s = np.random.default_rng(seed).uniform(0.5, 2.0, y.size) if weights else np.ones(y.size)
+    return X, y, s, resolve_kernel("rbf", X, gamma=0.5)
+
+
+@pytest.mark.parametrize("beta", [2.0**-8, 0.25, 16.0])
+def test_capacitance_inverse_matches_direct_inverse_along_run(beta):
+    """The explicit inverse of C = nb D_A^-1 + Y_A (K R^-1 K)_AA Y_A, followed through the
+    changes of A by bordering / Schur-complement updates, equals the direct inverse."""
+    X, y, s, spec = _kernel_problem()
+    K = rbf_kernel(X, gamma=0.5)
+    R = np.diag(1.0 / s) + K
+    T = K @ np.linalg.solve(R, K)
+    schemes = []
+
+    def check(info):
+        act = info["act"]
+        assert set(act) == set(np.flatnonzero(info["active"]))
+        C = info["nb"] * np.diag(1.0 / s[act]) + np.outer(y[act], y[act]) * T[np.ix_(act, act)]
+        Cinv = np.linalg.inv(C)
+        assert np.abs(info["C_inv"] - Cinv).max() <= 1e-8 * np.abs(Cinv).max()
+        schemes.append(info["scheme"])
+
+    _, _, res = msvmav_kernel(spec, X, y, s, 4.0, beta, max_iter=60, tol=0.0, callback=check)
+    assert len(schemes) == 60 and "capacitance" in schemes  # incremental updates happened
+    assert res["n_refresh"] == 0  # the probe check never had to refactorise
+
+
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_compiled_kernel_loop_matches_numpy_loop_and_eigenbasis(fit_intercept):
+    """The compiled capacitance loop, its NumPy twin (used with a callback) and the eigenbasis
+    Woodbury route give the same iterates; forced refactorisations change nothing."""
+    X, y, s, spec = _kernel_problem(n=200, seed=14)
+    kw = dict(max_iter=80, tol=0.0, fit_intercept=fit_intercept, cache_bytes=0)
+    a, b, res = msvmav_kernel(spec, X, y, s, 16.0, 2.0**-6, **kw)
+    a2, b2, res2 = msvmav_kernel(spec, X, y, s, 16.0, 2.0**-6, callback=lambda info: None, **kw)
+    a3, b3, res3 = msvmav_kernel(spec, X, y, s, 16.0, 2.0**-6, update="batched", **kw)
+    a4, _, res4 = msvmav_kernel(spec, X, y, s, 16.0, 2.0**-6, refresh_every=1, **kw)
+    assert res["family"] == res2["family"] == res4["family"] == "capacitance"
+    assert res3["family"] == "direct"
+    assert "capacitance" in set(res["history"]["update"])  # not only refactorisations
+    upd, moved = res4["history"]["update"][1:], res4["history"]["n_changes"][:-1] > 0
+    assert res4["n_refresh"] > 0 and set(upd[moved]) == {"capacitance-refactor"}
+    scale = np.abs(a3).max()
+    for other in (a2, a3, a4):
+        assert np.allclose(a, other, atol=1e-9 * scale)
+    assert np.isclose(b, b3, atol=1e-9 * scale)
+    for f in ("theta", "semivariance", "bound"):
+        assert np.allclose(res["history"][f], res3["history"][f], rtol=1e-9)
+        assert np.allclose(res["history"][f], res2["history"][f], rtol=1e-9)
+    for f in ("n_active", "n_changes"):
+        assert np.array_equal(res["history"][f], res3["history"][f])
+    assert np.allclose(res["history"]["step"][1:], res2["history"]["step"][1:], rtol=1e-6, atol=1e-9)
+    assert np.array_equal(res["history"]["update"], res2["history"]["update"])
+    K = rbf_kernel(X, gamma=0.5) + fit_intercept
+    assert np.isclose(a @ K @ a, 1.0)  # ||f||_H = 1
+
+
+def test_kernel_factor_route_only_for_psd_kernels():
+    from margindist.kernels import resolve_kernel
+
+    X, y, s, spec = _kernel_problem(n=80, seed=15)
+    kw = dict(max_iter=10, tol=0.0, cache_bytes=0)
+    assert msvmav_kernel(spec, X, y, s, 2.0, 0.5, **kw)[2]["family"] == "capacitance"
+    sig = resolve_kernel("sigmoid", X, gamma=0.5, coef0=-1.0)  # indefinite: the eigenbasis clips it
+    assert msvmav_kernel(sig, X, y, s, 2.0, 0.5, **kw)[2]["family"] == "direct"
+    pre = resolve_kernel("precomputed", rbf_kernel(X, gamma=0.5))
+    assert msvmav_kernel(pre, rbf_kernel(X, gamma=0.5), y, s, 2.0, 0.5, **kw)[2]["family"] == "direct"
+    assert msvmav_kernel(spec, X, y, s, 2.0, 0.5, kernel_prox="rkhs", **kw)[2]["family"] == "direct"

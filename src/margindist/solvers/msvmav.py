@@ -59,7 +59,7 @@ import scipy.sparse as sp
 from scipy.linalg import blas, lapack
 
 from ..kernels import KernelSpec, kernel_matrix
-from .msvmav_dense import dense_loop
+from .msvmav_dense import dense_loop, kernel_loop
 
 __all__ = [
     "Design",
@@ -812,6 +812,26 @@ def _compiled(design, s, u, w0, P, am_step, N, beta, max_iter, tol, return_best)
                    return_best, family="compiled")
 
 
+def _kernel_compiled(K, Rinv, y, s, alpha, beta, *, max_iter=100, tol=1e-6, refresh_every=None,
+                     return_best=False, **_):
+    """:func:`_kernel_factor_loop` as one compiled loop (:func:`.msvmav_dense.kernel_loop`)."""
+    c, best_c, n_iter, hist, best_k, converged, status, schemes, n_refresh = kernel_loop(
+        K, Rinv, y, s, float(alpha), float(beta), int(max_iter), float(tol),
+        int(refresh_every or 0), CHECK_EVERY, REFRESH_TOL)
+    if status == 3:
+        return None
+    if status == 2:
+        raise FloatingPointError(
+            f"MSVMAv diverged at iteration {n_iter}: the coefficients are not finite. "
+            "Scale the features (e.g. to [0, 1]) or choose larger alpha/beta."
+        )
+    names = ["init"] + ["capacitance-refactor" if f else "capacitance" for f in schemes[1:]]
+    res = _result(hist, names, c, best_c, best_k, n_iter, converged, return_best, family="capacitance",
+                  n_refresh=int(n_refresh))
+    res["w"] = y * res["w"]
+    return res
+
+
 # --------------------------------------------------------------------------------------
 # linear and kernel front ends
 # --------------------------------------------------------------------------------------
@@ -881,39 +901,265 @@ def _eig_key(spec, X, s, fit_intercept):
     return h.hexdigest()
 
 
-def weighted_gram_eig(spec, X, s, fit_intercept, cache_bytes=None):
-    """Eigendecomposition (lam ascending, Q) of D^{1/2} (K (+1)) D^{1/2}, D = diag(s); cached.
-
-    ``cache_bytes``: keep results up to this total size (default :data:`EIG_CACHE_BYTES`;
-    0 disables the cache). Cached arrays are read-only.
-    """
+def _cached(tag, spec, X, s, fit_intercept, nbytes, cache_bytes, compute):
+    """compute() (a tuple of arrays), cached under the data, kernel, weights and ``tag``;
+    read-only when cached. ``cache_bytes``: total budget (default :data:`EIG_CACHE_BYTES`,
+    0 disables the cache); least recently used entries leave first."""
     budget = EIG_CACHE_BYTES if cache_bytes is None else int(cache_bytes)
-    m = s.shape[0]
-    size = 8 * (m * m + m)
-    key = _eig_key(spec, X, s, fit_intercept) if 0 < size <= budget else None
+    key = _eig_key(spec, X, s, fit_intercept) if 0 < nbytes <= budget else None
     if key is not None:
+        key = f"{tag}:{key}"
         with _EIG_LOCK:
             hit = _EIG_CACHE.get(key)
             if hit is not None:
                 _EIG_CACHE.move_to_end(key)
                 return hit
-    rs = np.sqrt(s)
-    K = _kernel_gram(spec, X, fit_intercept)
-    K *= rs[:, None]
-    K *= rs[None, :]
-    lam, Q = sla.eigh(K, overwrite_a=True, check_finite=False)
-    del K
-    lam = np.maximum(lam, 0.0)
-    if key is not None:
-        lam.flags.writeable = False
-        Q.flags.writeable = False
+    value = compute()
+    if value is not None:
+        for v in value:
+            v.flags.writeable = False
+    if key is not None and value is not None:
         with _EIG_LOCK:
-            _EIG_CACHE[key] = (lam, Q)
-            total = sum(8 * (v[1].size + v[0].size) for v in _EIG_CACHE.values())
+            _EIG_CACHE[key] = value
+            total = sum(sum(8 * a.size for a in v) for v in _EIG_CACHE.values())
             while total > budget and len(_EIG_CACHE) > 1:
                 _, old = _EIG_CACHE.popitem(last=False)
-                total -= 8 * (old[1].size + old[0].size)
-    return lam, Q
+                total -= sum(8 * a.size for a in old)
+    return value
+
+
+def weighted_gram_eig(spec, X, s, fit_intercept, cache_bytes=None):
+    """Eigendecomposition (lam ascending, Q) of D^{1/2} (K (+1)) D^{1/2}, D = diag(s); cached
+    (see :func:`_cached`; ``cache_bytes=0`` disables the cache)."""
+
+    def compute():
+        rs = np.sqrt(s)
+        K = _kernel_gram(spec, X, fit_intercept)
+        K *= rs[:, None]
+        K *= rs[None, :]
+        lam, Q = sla.eigh(K, overwrite_a=True, check_finite=False)
+        return np.maximum(lam, 0.0), Q
+
+    m = s.shape[0]
+    return _cached("eig", spec, X, s, fit_intercept, 8 * (m * m + m), cache_bytes, compute)
+
+
+def weighted_gram_factor(spec, X, s, fit_intercept, cache_bytes=None):
+    """(K, R^{-1}) with K the Gram matrix (+1) and R = D^{-1} + K, D = diag(s) (both m x m,
+    symmetric, full); cached like :func:`weighted_gram_eig`. One Cholesky factorisation and
+    inversion, O(m^3) but several times cheaper than an eigendecomposition. None when R is
+    not positive definite (an indefinite kernel)."""
+
+    def compute():
+        K = _kernel_gram(spec, X, fit_intercept)
+        R = np.array(K, order="F")
+        R[np.diag_indices_from(R)] += 1.0 / s
+        c, info = lapack.dpotrf(R, lower=0, clean=0, overwrite_a=1)
+        if info != 0:
+            return None
+        inv = _potri_full(c)
+        Rinv = np.triu(inv)
+        Rinv += np.triu(inv, 1).T
+        return K, Rinv
+
+    m = s.shape[0]
+    return _cached("factor", spec, X, s, fit_intercept, 16 * m * m, cache_bytes, compute)
+
+
+#: Kernels whose Gram matrix is positive semi-definite by construction (the factor route needs
+#: it; other kernels go through the eigendecomposition, which clips negative eigenvalues).
+def _psd_kernel(spec):
+    return spec.kind in ("rbf", "linear") or (spec.kind == "poly" and spec.coef0 >= 0)
+
+
+class _Capacitance:
+    """Explicit inverse of the capacitance matrix of the kernel semi-variance step.
+
+    With R = D^{-1} + K (the "paper" proximal metric, D = diag(s)), Y = diag(y):
+
+        C = nb D_A^{-1} + Y_A (K R^{-1} K)_AA Y_A,   K R^{-1} K = K - D^{-1} + D^{-1} R^{-1} D^{-1},
+        C_ij = y_i y_j (K_ij + R^{-1}_ij / (s_i s_j)) + delta_ij (nb - 1) / s_i    (i, j in A),
+
+    |A| x |A| and positive definite (C >= nb D_A^{-1}; every principal submatrix too). Indices
+    are kept in the order ``act``. A leaving block R: C^{-1} restricted to the rest is
+    Ci_KK - Ci_KR Ci_RR^{-1} Ci_RK; an entering block N (bordering): with B = C_{A,N},
+    X = Ci B and the Schur complement S = C_NN - B^T X,
+    Ci <- [[Ci + X S^-1 X^T, -X S^-1], [-S^-1 X^T, S^-1]]. Each costs about 3 c |A|^2 for c
+    indices; a refactorisation (Cholesky and inverse, |A|^3) replaces them when cheaper. The
+    result is checked on a probe vector every :data:`CHECK_EVERY` updates, like the explicit
+    inverse of the linear path.
+    """
+
+    def __init__(self, K, Rinv, y, s, nb):
+        self.K, self.Rinv, self.y, self.s, self.nb = K, Rinv, y, s, nb
+        self.ys = y / s
+        self.act = None
+        self.C = self.Ci = None
+        self.since = 0
+        self.n_refresh = 0
+
+    def block(self, I, J, diag=False):
+        B = self.K[np.ix_(I, J)]
+        B *= np.outer(self.y[I], self.y[J])
+        B += self.Rinv[np.ix_(I, J)] * np.outer(self.ys[I], self.ys[J])
+        if diag:
+            B[np.diag_indices_from(B)] += (self.nb - 1.0) / self.s[I]
+        return B
+
+    def refactor(self, act):
+        self.act = act
+        self.C = self.block(act, act, diag=True)
+        if act.size:
+            c, info = lapack.dpotrf(self.C, lower=0, clean=0)
+            if info != 0:
+                raise np.linalg.LinAlgError(f"MSVMAv: Cholesky of the capacitance matrix failed (info={info}).")
+            inv = _potri_full(c)
+            self.Ci = np.triu(inv) + np.triu(inv, 1).T
+        else:
+            self.Ci = np.zeros((0, 0))
+        self.since = 0
+
+    def _remove(self, rem):
+        where = np.full(self.K.shape[0], -1, dtype=np.int64)
+        where[self.act] = np.arange(self.act.size)
+        pr = where[rem]
+        keep = np.ones(self.act.size, dtype=bool)
+        keep[pr] = False
+        Ci = self.Ci
+        L = np.linalg.cholesky(Ci[np.ix_(pr, pr)])
+        V = sla.solve_triangular(L, Ci[np.ix_(pr, keep)], lower=True, check_finite=False)
+        self.Ci = Ci[np.ix_(keep, keep)] - V.T @ V
+        self.C = self.C[np.ix_(keep, keep)]
+        self.act = self.act[keep]
+
+    def _add(self, add):
+        n, c = self.act.size, add.size
+        B = self.block(self.act, add)
+        X = self.Ci @ B
+        Dn = self.block(add, add, diag=True)
+        Sc = Dn - B.T @ X
+        L = np.linalg.cholesky(0.5 * (Sc + Sc.T))
+        Si = sla.cho_solve((L, True), np.eye(c), check_finite=False)
+        XS = X @ Si
+        Ci = np.empty((n + c, n + c))
+        Ci[:n, :n] = self.Ci + XS @ X.T
+        Ci[:n, n:] = -XS
+        Ci[n:, :n] = -XS.T
+        Ci[n:, n:] = Si
+        C = np.empty((n + c, n + c))
+        C[:n, :n] = self.C
+        C[:n, n:] = B
+        C[n:, :n] = B.T
+        C[n:, n:] = Dn
+        self.Ci, self.C = Ci, C
+        self.act = np.concatenate([self.act, add])
+
+    def move(self, A, add, rem, refresh_every=None):
+        """Follow A (``add`` entered, ``rem`` left); returns the scheme used."""
+        n_new = int(np.count_nonzero(A))
+        c = add.size + rem.size
+        if self.Ci is None or 3.0 * c * self.act.size**2 >= float(n_new) ** 3:
+            self.refactor(np.flatnonzero(A))
+            return "capacitance-refactor"
+        if c:
+            if rem.size:
+                self._remove(rem)
+            if add.size:
+                self._add(add)
+            self.since += 1
+            if (refresh_every is not None and self.since >= refresh_every) or (
+                    self.since % CHECK_EVERY == 0 and self.residual() > REFRESH_TOL):
+                self.refactor(np.flatnonzero(A))
+                self.n_refresh += 1
+                return "capacitance-refactor"
+        return "capacitance"
+
+    def residual(self):
+        """Relative residual ||p - C Ci p|| on a fixed probe vector."""
+        n = self.act.size
+        if n == 0:
+            return 0.0
+        p = np.cos(np.arange(1, n + 1) * 2.399963229728653)
+        p /= np.linalg.norm(p)
+        return float(np.linalg.norm(p - self.C @ (self.Ci @ p)))
+
+
+def _kernel_factor_loop(K, Rinv, y, s, alpha, beta, *, max_iter=100, tol=1e-6, refresh_every=None,
+                        return_best=False, callback=None, log=None, **_):
+    """The kernel iteration ("paper" metric R = D^{-1} + K) in the coefficients a, no
+    eigendecomposition. With c = y * a (signed coefficients), margins m = y * (K a):
+
+        delta = theta - m_A (the shortfalls),  v = C^{-1} delta  (:class:`_Capacitance`),
+        a'    = a + R^{-1} K_{:,A} Y_A v,  i.e.  c' = c + v (on A) - y * R^{-1} (y * v / s),
+        a     = a' + s y / (2 alpha S),  normalised to a^T K a = c . m = 1, sign as in Sec. 5.
+
+    (Woodbury on (R + K_A^T D_A K_A / nb)^{-1}; the printed right-hand side collapses because
+    T_AA D_A y_A = C D_A y_A - nb y_A.) Per iteration two products with m x m symmetric
+    matrices (O(m^2)) and the capacitance update (O(c |A|^2)). Returns the result dict with
+    ``w`` = a, or None for a degenerate start (s y with zero RKHS norm).
+    """
+    m = y.shape[0]
+    S = float(s.sum())
+    nb = S * beta
+    KF, RF = K.T, Rinv.T  # Fortran views of the symmetric matrices (no copy for BLAS)
+    ys = y / s
+
+    def margins(c):
+        return y * blas.dsymv(1.0, KF, y * c, lower=0)
+
+    c = s.copy()  # a_0 ~ s y
+    mm = margins(c)
+    nrm2 = float(c @ mm)
+    if not (np.isfinite(nrm2) and nrm2 > 0):
+        return None
+    c /= np.sqrt(nrm2)
+    mm /= np.sqrt(nrm2)
+    theta = float(s @ mm) / S
+    A = mm < theta
+    hist = _History(max_iter, s, S)
+    hist.record(0, mm, theta, A, int(np.count_nonzero(A)), c)
+    prevA = np.zeros(m, dtype=bool)
+    cap = _Capacitance(K, Rinv, y, s, nb)
+    am = s / (2.0 * alpha * S)
+    converged = False
+    k = 0
+    for k in range(1, max_iter + 1):
+        diff = np.flatnonzero(A != prevA)
+        scheme = cap.move(A, diff[A[diff]], diff[~A[diff]], refresh_every)
+        v = cap.Ci @ (theta - mm[cap.act])
+        ve = np.zeros(m)
+        ve[cap.act] = v
+        c_half = c + ve
+        c_half -= y * blas.dsymv(1.0, RF, ys * ve, lower=0)
+        c_full = c_half + am
+        m_full = margins(c_full)
+        nrm2 = float(c_full @ m_full)
+        if not np.isfinite(nrm2) or nrm2 <= 0:
+            raise FloatingPointError(
+                f"MSVMAv diverged at iteration {k}: the coefficients are not finite (norm^2 {nrm2}). "
+                "Scale the features (e.g. to [0, 1]) or choose larger alpha/beta."
+            )
+        f = (1.0 if s @ m_full >= 0 else -1.0) / np.sqrt(nrm2)  # Section 5: mean margin >= 0
+        c_new, m_new = f * c_full, f * m_full
+        if callback is not None:
+            callback({"k": k, "active": A, "theta": theta, "a_prev": y * c, "a_half": y * c_half,
+                      "a": y * c_new, "scheme": scheme, "nb": nb, "act": cap.act.copy(),
+                      "C_inv": cap.Ci.copy(), "n_refresh": cap.n_refresh})
+        dc = c_new - c
+        step = float(np.sqrt(max(dc @ (m_new - mm), 0.0)))
+        c, mm = c_new, m_new
+        prevA = A
+        theta = float(s @ mm) / S
+        A = mm < theta
+        changes = int(np.count_nonzero(A != prevA))
+        hist.record(k, mm, theta, A, changes, c, step, scheme)
+        hist.debug(log, k, scheme)
+        if tol > 0 and changes == 0 and step <= tol:
+            converged = True
+            break
+    res = hist.result(c, k, converged, return_best, family="capacitance", n_refresh=cap.n_refresh)
+    res["w"] = y * res["w"]
+    return res
 
 
 def msvmav_kernel(spec: KernelSpec, X, y, sample_weight, alpha, beta, *, fit_intercept=False,
@@ -938,12 +1184,26 @@ def msvmav_kernel(spec: KernelSpec, X, y, sample_weight, alpha, beta, *, fit_int
     algorithm on the features y_i s_i^{-1/2} sqrt(lam) * q_i with eigenvalues below the
     numerical rank dropped ("rkhs"). The Sherman-Morrison scheme then starts from the diagonal
     inverse 1/P and applies the changes of A_k as Woodbury blocks (removals, then additions).
+
+    ``update="auto"`` with "paper" and a positive semi-definite kernel (rbf, linear, poly with
+    coef0 >= 0) needs no eigendecomposition: one Cholesky factorisation and inverse of R
+    (:func:`weighted_gram_factor`, cached) and the iteration in the coefficients, where the
+    semi-variance step is a solve with the |A| x |A| capacitance matrix of the Woodbury
+    identity, kept as an explicit inverse updated as indices enter and leave A
+    (:func:`_kernel_factor_loop`).
     """
     y = np.asarray(y, dtype=np.float64)
     s = np.asarray(sample_weight, dtype=np.float64)
     m = y.shape[0]
     rs = np.sqrt(s)
     with blas_single_thread(m):
+        if kernel_prox == "paper" and kw.get("update", "auto") == "auto" and _psd_kernel(spec):
+            factor = weighted_gram_factor(spec, X, s, fit_intercept, cache_bytes)
+            loop = _kernel_factor_loop if callback is not None else _kernel_compiled
+            res = None if factor is None else loop(*factor, y, s, alpha, beta, callback=callback, **kw)
+            if res is not None:
+                a = res["w"]
+                return a, float(a.sum()) if fit_intercept else 0.0, res
         lam, Q = weighted_gram_eig(spec, X, s, fit_intercept, cache_bytes)
         if kernel_prox == "paper":
             design = Design(Q, y / rs, col_scale=lam)

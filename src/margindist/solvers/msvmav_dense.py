@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["dense_loop"]
+__all__ = ["dense_loop", "kernel_loop"]
 
 
 @njit(cache=True)
@@ -211,3 +211,314 @@ def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol):
             converged = True
             break
     return w, best_w, k, hist[: k + 1].copy(), best_k, converged, status
+
+
+# --------------------------------------------------------------------------------------
+# the kernel iteration in the coefficients (capacitance scheme)
+# --------------------------------------------------------------------------------------
+
+@njit(cache=True)
+def _gather(K, Rinv, y, ys, s, nb, I, J, diag):
+    """C[I, J] with C_ij = y_i y_j K_ij + ys_i ys_j Rinv_ij (+ (nb - 1) / s_i on the diagonal)."""
+    out = np.empty((I.shape[0], J.shape[0]))
+    for a in range(I.shape[0]):
+        i = I[a]
+        yi, ysi = y[i], ys[i]
+        for b in range(J.shape[0]):
+            j = J[b]
+            out[a, b] = yi * y[j] * K[i, j] + ysi * ys[j] * Rinv[i, j]
+        if diag:
+            out[a, a] += (nb - 1.0) / s[i]
+    return out
+
+
+@njit(cache=True)
+def _room(buf, n, m):
+    """buf, or a larger buffer (its contents dropped) when it cannot hold an n x n matrix."""
+    if buf.shape[0] >= n * n:
+        return buf
+    cap = min(m, int(1.25 * n) + 1)
+    return np.empty(cap * cap)
+
+
+@njit(cache=True)
+def _cap_view(buf, n):
+    return buf[: n * n].reshape((n, n))
+
+
+@njit(cache=True)
+def _cap_remove(buf, out, n, pr):
+    """Remove positions pr (ascending) from the inverse held row-major in buf[:n*n]:
+    Ci_KK - Ci_KR Ci_RR^{-1} Ci_RK, written compacted (stride n - r) into ``out``."""
+    r = pr.shape[0]
+    Ci = _cap_view(buf, n)
+    W = np.empty((r, n))
+    G = np.empty((r, r))
+    for q in range(r):
+        W[q] = Ci[pr[q]]
+        for t in range(r):
+            G[q, t] = Ci[pr[q], pr[t]]
+    if r == 1:
+        Z = W / G[0, 0]  # Ci_RR^{-1} Ci_R.
+        T = np.empty((0, 0))
+    else:
+        Z = np.ascontiguousarray(np.linalg.solve(G, W))
+        T = np.dot(np.ascontiguousarray(W.T), Z)
+    k = n - r
+    # kept columns come in runs between removed ones; unsigned indices let the runs vectorise
+    a = 0
+    q = 0
+    for i in range(n):
+        if q < r and i == pr[q]:
+            q += 1
+            continue
+        src, dst = np.uint64(i * n), np.uint64(a * k)
+        wi = W[0, i]
+        j0 = 0
+        for t in range(r + 1):
+            j1 = pr[t] if t < r else n
+            off = np.uint64(t)
+            if r == 1:
+                for j in range(j0, j1):
+                    uj = np.uint64(j)
+                    out[dst + uj - off] = buf[src + uj] - wi * Z[0, uj]
+            else:
+                for j in range(j0, j1):
+                    uj = np.uint64(j)
+                    out[dst + uj - off] = buf[src + uj] - T[i, uj]
+            j0 = j1 + 1
+        a += 1
+    return k
+
+
+@njit(cache=True)
+def _cap_add(buf, out, n, B, Dn):
+    """Append c indices with C_{A,N} = B (n x c) and C_NN = Dn to the inverse in buf[:n*n]
+    (bordering through the Schur complement), written with stride n + c into ``out``."""
+    c = Dn.shape[0]
+    Ci = _cap_view(buf, n)
+    X = np.dot(Ci, B) if n else np.zeros((0, c))
+    Sc = Dn - np.dot(B.T, X) if n else Dn.copy()
+    Sc = 0.5 * (Sc + Sc.T)
+    Si = np.linalg.inv(Sc)
+    XS = np.dot(X, Si) if n else np.zeros((0, c))
+    T = np.dot(XS, X.T) if c > 1 else np.empty((0, 0))
+    k = n + c
+    for i in range(n):
+        src, dst = np.uint64(i * n), np.uint64(i * k)
+        if c == 1:
+            xi = XS[i, 0]
+            for j in range(n):
+                uj = np.uint64(j)
+                out[dst + uj] = buf[src + uj] + xi * X[uj, 0]
+        else:
+            for j in range(n):
+                uj = np.uint64(j)
+                out[dst + uj] = buf[src + uj] + T[i, uj]
+        for q in range(c):
+            out[dst + np.uint64(n + q)] = -XS[i, q]
+    for q in range(c):
+        for i in range(n):
+            out[(n + q) * k + i] = -XS[i, q]
+        for t in range(c):
+            out[(n + q) * k + n + t] = Si[q, t]
+    return k
+
+
+@njit(cache=True)
+def _cap_residual(buf, n, act, K, Rinv, y, ys, s, nb):
+    """||p - C Ci p|| for a fixed unit probe p (C gathered on the fly)."""
+    if n == 0:
+        return 0.0
+    p = np.cos(np.arange(1, n + 1) * 2.399963229728653)
+    p /= np.sqrt(np.sum(p * p))
+    q = np.dot(_cap_view(buf, n), p)
+    res = 0.0
+    for a in range(n):
+        i = act[a]
+        acc = (nb - 1.0) / s[i] * q[a]
+        for b in range(n):
+            j = act[b]
+            acc += (y[i] * y[j] * K[i, j] + ys[i] * ys[j] * Rinv[i, j]) * q[b]
+        res += (p[a] - acc) ** 2
+    return np.sqrt(res)
+
+
+@njit(cache=True)
+def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_every, refresh_tol):
+    """The kernel MSVMAv iteration in the signed coefficients c = y * a (see
+    :func:`margindist.solvers.msvmav._kernel_factor_loop`, which computes the same with NumPy
+    and a callback): capacitance inverse over A held row-major in a flat buffer.
+
+    Returns (c_last, c_best, n_iter, hist (n_iter + 1, 6), best_k, converged, status, schemes
+    (1 = refactorisation), n_refresh) with status 0 ok, 2 non-finite iterate, 3 degenerate
+    start (s y has zero RKHS norm).
+    """
+    m = y.shape[0]
+    S = 0.0
+    for i in range(m):
+        S += s[i]
+    nb = S * beta
+    ys = y / s
+    am = s / (2.0 * alpha * S)
+    hist = np.zeros((max_iter + 1, 6))
+    schemes = np.zeros(max_iter + 1, dtype=np.int64)
+    c = s.copy()
+    mm = y * np.dot(K, y * c)
+    nrm2 = np.dot(c, mm)
+    if not (np.isfinite(nrm2) and nrm2 > 0.0):
+        return c, c.copy(), 0, hist[:1].copy(), 0, False, 3, schemes[:1].copy(), 0
+    c /= np.sqrt(nrm2)
+    mm /= np.sqrt(nrm2)
+    theta = np.dot(s, mm) / S
+    A = mm < theta
+    changed = np.empty(m, dtype=np.int64)
+    n_changed = 0
+    sv = 0.0
+    for i in range(m):
+        if A[i]:
+            sv += s[i] * (theta - mm[i]) ** 2
+            changed[n_changed] = i
+            n_changed += 1
+    sv /= S
+    hist[0, 0] = theta
+    hist[0, 1] = sv
+    hist[0, 2] = sv / theta**2 if theta > 0 else np.inf
+    hist[0, 3] = n_changed
+    hist[0, 4] = n_changed
+    hist[0, 5] = np.nan
+    best_c = c.copy()
+    best_k = 0
+
+    act = np.empty(m, dtype=np.int64)
+    pos = np.full(m, -1, dtype=np.int64)
+    buf = np.empty(0)  # the inverse, row-major in buf[:n*n]; updates write into spare and swap
+    spare = np.empty(0)
+    n = -1  # no inverse yet
+    since = 0
+    n_refresh = 0
+    n_act = n_changed
+    converged = False
+    status = 0
+    k = 0
+    for k in range(1, max_iter + 1):
+        # ---- the capacitance inverse follows A
+        refac = n < 0 or 3.0 * n_changed * n * n >= float(n_act) ** 3
+        if not refac and n_changed:
+            n_rem = 0
+            for t in range(n_changed):
+                if not A[changed[t]]:
+                    n_rem += 1
+            if n_rem:
+                pr = np.empty(n_rem, dtype=np.int64)
+                q = 0
+                for t in range(n_changed):
+                    if not A[changed[t]]:
+                        pr[q] = pos[changed[t]]
+                        q += 1
+                pr.sort()
+                spare = _room(spare, n, m)
+                n = _cap_remove(buf, spare, n, pr)
+                buf, spare = spare, buf
+                a = 0
+                for t in range(n + n_rem):  # compact act / pos
+                    i = act[t]
+                    if A[i]:
+                        act[a] = i
+                        pos[i] = a
+                        a += 1
+                    else:
+                        pos[i] = -1
+            n_add = n_changed - n_rem
+            if n_add:
+                add = np.empty(n_add, dtype=np.int64)
+                q = 0
+                for t in range(n_changed):
+                    if A[changed[t]]:
+                        add[q] = changed[t]
+                        q += 1
+                spare = _room(spare, n + n_add, m)
+                B = _gather(K, Rinv, y, ys, s, nb, act[:n], add, False)
+                Dn = _gather(K, Rinv, y, ys, s, nb, add, add, True)
+                n = _cap_add(buf, spare, n, B, Dn)
+                buf, spare = spare, buf
+                for q in range(n_add):
+                    act[n - n_add + q] = add[q]
+                    pos[add[q]] = n - n_add + q
+            since += 1
+            if refresh_every > 0 and since >= refresh_every:
+                refac = True
+                n_refresh += 1
+            elif since % check_every == 0 and _cap_residual(buf, n, act, K, Rinv, y, ys, s, nb) > refresh_tol:
+                refac = True
+                n_refresh += 1
+        if refac:
+            n = 0
+            for i in range(m):
+                pos[i] = -1
+                if A[i]:
+                    act[n] = i
+                    pos[i] = n
+                    n += 1
+            buf = _room(buf, n, m)
+            if n:
+                Ci = np.linalg.inv(_gather(K, Rinv, y, ys, s, nb, act[:n], act[:n], True))
+                buf[: n * n] = 0.5 * (Ci + Ci.T).ravel()
+            since = 0
+            schemes[k] = 1
+
+        # ---- the two steps
+        ve = np.zeros(m)
+        if n:
+            delta = np.empty(n)
+            for a in range(n):
+                delta[a] = theta - mm[act[a]]
+            v = np.dot(_cap_view(buf, n), delta)
+            for a in range(n):
+                ve[act[a]] = v[a]
+        c_full = c + ve - y * np.dot(Rinv, ys * ve) + am
+        m_full = y * np.dot(K, y * c_full)
+        nrm2 = np.dot(c_full, m_full)
+        if not (np.isfinite(nrm2) and nrm2 > 0.0):
+            status = 2
+            break
+        f = 1.0 / np.sqrt(nrm2)
+        if np.dot(s, m_full) < 0:
+            f = -f
+        step = 0.0
+        for i in range(m):
+            cn = f * c_full[i]
+            mn = f * m_full[i]
+            step += (cn - c[i]) * (mn - mm[i])
+            c[i] = cn
+            mm[i] = mn
+        step = np.sqrt(max(step, 0.0))
+
+        # ---- margins, A, history
+        theta = np.dot(s, mm) / S
+        sv = 0.0
+        n_act = 0
+        n_changed = 0
+        for i in range(m):
+            a_i = mm[i] < theta
+            if a_i:
+                n_act += 1
+                sv += s[i] * (theta - mm[i]) ** 2
+            if a_i != A[i]:
+                changed[n_changed] = i
+                n_changed += 1
+                A[i] = a_i
+        sv /= S
+        hist[k, 0] = theta
+        hist[k, 1] = sv
+        hist[k, 2] = sv / theta**2 if theta > 0 else np.inf
+        hist[k, 3] = n_act
+        hist[k, 4] = n_changed
+        hist[k, 5] = step
+        if hist[k, 2] < hist[best_k, 2]:
+            best_k = k
+            best_c[:] = c
+        if tol > 0 and n_changed == 0 and step <= tol:
+            converged = True
+            break
+    return c, best_c, k, hist[: k + 1].copy(), best_k, converged, status, schemes[: k + 1].copy(), n_refresh
