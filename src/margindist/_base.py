@@ -120,6 +120,10 @@ class BinaryModel:
     intercept: float = 0.0
     n_iter: int = 0
     extra: dict = field(default_factory=dict)
+    #: Squared RKHS norm dual_coef^T K dual_coef of a kernel model when the solver already has it
+    #: (then ``weight_norm_`` costs no kernel evaluations; otherwise it is computed from the
+    #: support vectors, O(n_SV^2)).
+    norm_sq: float | None = None
 
 
 def combined_sample_weight(sample_weight, class_weight, X, y, classes) -> np.ndarray:
@@ -367,13 +371,13 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         self.dual_coef_ = full[:, support]
         self.intercept_ = intercept
         self._kernel_fit_ = spec
-        if self._pairwise():
-            sv_gram = X[np.ix_(support, support)]
-            self.support_vectors_ = np.empty((0, 0))
-            self.weight_norm_ = np.sqrt(rkhs_norm_sq(spec, sv_gram, self.dual_coef_.T))
+        self.support_vectors_ = np.empty((0, 0)) if self._pairwise() else X[support]
+        if all(model.norm_sq is not None for model in models):  # known to the solvers
+            norm_sq = np.array([model.norm_sq for model in models], dtype=np.float64)
         else:
-            self.support_vectors_ = X[support]
-            self.weight_norm_ = np.sqrt(rkhs_norm_sq(spec, self.support_vectors_, self.dual_coef_.T))
+            Z = X[np.ix_(support, support)] if self._pairwise() else self.support_vectors_
+            norm_sq = rkhs_norm_sq(spec, Z, self.dual_coef_.T)
+        self.weight_norm_ = np.sqrt(np.maximum(norm_sq, 0.0))
         # indices into the X given to fit (before weight-0 rows were dropped)
         self.support_ = support if keep is None else keep[support]
         self.n_support_ = np.array([np.count_nonzero(full[p]) for p in range(P)])
