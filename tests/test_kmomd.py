@@ -562,3 +562,11 @@ def test_estimator_newton_path_matches_smo_and_uses_float32_rows():
     assert est.objective_[0] <= ref.objective_[0] * (1 + 2e-3)
     h = est.objective_history_[0]
     assert np.all(np.diff(h) <= 0)
+
+
+def test_weight_norm_from_the_scores_equals_the_kernel_norm():
+    X, y = _data(m=60, seed=35)
+    est = KMOMD(lam=0.1, gamma=0.5, tol=1e-10).fit(X, y)
+    K = rbf_kernel(est.support_vectors_, gamma=0.5)
+    c = est.dual_coef_[0]
+    assert est.weight_norm_[0] == pytest.approx(np.sqrt(c @ K @ c), rel=1e-10)

@@ -290,3 +290,17 @@ def test_float32_kernel_rows_match_float64():
     # the LRU path (rows on demand) and the filled matrix agree
     small = ODM(tol=1e-4, cache_size=0.05, **kw).fit(X, y)
     np.testing.assert_allclose(small.decision_function(X), f32.decision_function(X), atol=1e-3 * scale)
+
+
+def test_weight_norm_from_the_solver_equals_the_kernel_norm():
+    X, y = _scaled("heart")
+    for kw in (dict(kernel="rbf", gamma=0.3), dict(kernel="poly", degree=2)):
+        est = ODM(lam=10.0, tol=1e-8, **kw).fit(X, y)
+        spec = est._kernel_fit_
+        K = spec(est.support_vectors_)
+        c = est.dual_coef_[0]
+        assert est.weight_norm_[0] == pytest.approx(np.sqrt(c @ K @ c), rel=1e-9)
+    ovr = ODM(lam=10.0, kernel="rbf").fit(*_scaled("iris"))  # float32 rows: to their rounding
+    K = ovr._kernel_fit_(ovr.support_vectors_)
+    np.testing.assert_allclose(ovr.weight_norm_, np.sqrt(np.einsum("pi,ij,pj->p", ovr.dual_coef_, K, ovr.dual_coef_)),
+                               rtol=1e-5)

@@ -315,8 +315,9 @@ class KMOMD(BaseMarginClassifier):
                 coef = np.asarray(X.T @ c, dtype=np.float64).ravel() if sp.issparse(X) else np.asarray(
                     X, dtype=np.float64).T @ c
             return BinaryModel(coef=coef, intercept=-res.theta, n_iter=res.n_iter + res.lbfgs_iter, extra=extra)
-        return BinaryModel(dual_coef=y * res.gamma, intercept=-res.theta, n_iter=res.n_iter + res.newton_iter,
-                           extra=extra)
+        c = y * res.gamma
+        return BinaryModel(dual_coef=c, intercept=-res.theta, n_iter=res.n_iter + res.newton_iter, extra=extra,
+                           norm_sq=float(c @ res.scores))  # ||v||^2 = c^T K c, scores = K c
 
     def _set_extra(self, extras):
         for e in extras:  # only when fitted through the base class's own loop

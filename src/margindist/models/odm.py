@@ -278,8 +278,10 @@ class ODM(_ProblemwiseFit, BaseMarginClassifier):
         cache = shared if shared is not None else self._kernel_source(X, kernel)
         log.info("ODM kernel=%s, dcd, m=%d, %s rows (%s) of %d cached", kernel.kind, m, cache.n_slots,
                  cache.dtype, m)
-        coef, b, a, n_iter, _ = odm_dcd_kernel(cache, y, sample_weight, lam, mu, theta, bias=B, tol=self.tol,
+        coef, b, a, n_iter, u = odm_dcd_kernel(cache, y, sample_weight, lam, mu, theta, bias=B, tol=self.tol,
                                                max_iter=self.max_iter, a0=_fit_length(warm.get("a"), n_var),
                                                random_state=seed)
         log.info("ODM: %d epochs, cache hits %d misses %d", n_iter, cache.hits, cache.misses)
-        return BinaryModel(dual_coef=coef, intercept=b, n_iter=n_iter, extra={"warm": {"a": a}})
+        # ||f||^2 = coef^T K coef from u = Q gamma = Y (K coef + B^2 sum(coef)): no kernel evaluations
+        norm_sq = float((y * coef) @ u - B * B * coef.sum() ** 2)
+        return BinaryModel(dual_coef=coef, intercept=b, n_iter=n_iter, extra={"warm": {"a": a}}, norm_sq=norm_sq)
