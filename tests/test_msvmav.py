@@ -764,3 +764,14 @@ def test_kernel_factor_route_only_for_psd_kernels():
     pre = resolve_kernel("precomputed", rbf_kernel(X, gamma=0.5))
     assert msvmav_kernel(pre, rbf_kernel(X, gamma=0.5), y, s, 2.0, 0.5, **kw)[2]["family"] == "direct"
     assert msvmav_kernel(spec, X, y, s, 2.0, 0.5, kernel_prox="rkhs", **kw)[2]["family"] == "direct"
+
+
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_weight_norm_of_kernel_model_is_its_rkhs_norm(fit_intercept):
+    X, y = _scaled("wdbc", n=150, seed=16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf = MSVMAv(alpha=4.0, beta=0.25, kernel="rbf", gamma=0.3, fit_intercept=fit_intercept).fit(X, y)
+    a = clf.dual_coef_[0]
+    K = rbf_kernel(clf.support_vectors_, gamma=0.3)
+    assert np.isclose(clf.weight_norm_[0], np.sqrt(a @ K @ a), rtol=1e-10)

@@ -295,7 +295,7 @@ class MSVMAv(BaseMarginClassifier):
         a, b, res = msvmav_kernel(kernel, X, y, sample_weight, self.alpha, self.beta,
                                   fit_intercept=self.fit_intercept, kernel_prox=self.kernel_prox,
                                   cache_bytes=int(self.cache_size * 2**20), **kw)
-        return self._model(res, dual_coef=a, intercept=b)
+        return self._model(res, dual_coef=a, intercept=b, norm_sq=res.get("norm_sq"))
 
     def _fit_nystroem(self, X, y, sample_weight, kernel, kw):
         from sklearn.kernel_approximation import Nystroem

@@ -1203,7 +1203,9 @@ def msvmav_kernel(spec: KernelSpec, X, y, sample_weight, alpha, beta, *, fit_int
             res = None if factor is None else loop(*factor, y, s, alpha, beta, callback=callback, **kw)
             if res is not None:
                 a = res["w"]
-                return a, float(a.sum()) if fit_intercept else 0.0, res
+                b = float(a.sum()) if fit_intercept else 0.0
+                res["norm_sq"] = 1.0 - b * b  # a^T (K + fit_intercept) a = 1, so a^T K a = 1 - b^2
+                return a, b, res
         lam, Q = weighted_gram_eig(spec, X, s, fit_intercept, cache_bytes)
         if kernel_prox == "paper":
             design = Design(Q, y / rs, col_scale=lam)
