@@ -334,6 +334,10 @@ def dcd_linear(X, y, D, p, U, *, n_var, bias=1.0, w0=None, a0=None, tol=1e-3, ma
 # ----------------------------------------------------------------------------- kernel path
 
 
+#: Kernel path: changes of up to this many coordinates are applied to kv in one pass over their rows.
+_GROUP = 4
+
+
 @njit(cache=True)
 def _add_row(cache, i, c, kv):
     """kv += c * K[i, :] with the row from the cache (float32 or float64 storage, float64 sums)."""
@@ -343,13 +347,32 @@ def _add_row(cache, i, c, kv):
 
 
 @njit(cache=True)
+def _flush(slots, ps, pc, n, kv):
+    """kv += sum_t pc[t] * slots[ps[t]] for the n pending rows, in one pass when n = 4 (the pass is
+    memory-bound: four rows per pass read kv once instead of four times)."""
+    if n == 4:
+        r0, r1, r2, r3 = slots[ps[0]], slots[ps[1]], slots[ps[2]], slots[ps[3]]
+        c0, c1, c2, c3 = pc[0], pc[1], pc[2], pc[3]
+        for j in range(kv.shape[0]):
+            kv[j] += c0 * r0[j] + c1 * r1[j] + c2 * r2[j] + c3 * r3[j]
+    else:
+        for t in range(n):
+            row = slots[ps[t]]
+            c = pc[t]
+            for j in range(kv.shape[0]):
+                kv[j] += c * row[j]
+
+
+@njit(cache=True)
 def _dcd_core(kernel, Xd, data, indices, indptr, sparse, w, cache, kv, sb, o, y, bias, qd, D, p, U, a, tol,
               max_iter, shrinking, rng):
     """The epochs of both data paths (see the module docstring).
 
     kernel=False: u_i = y_i <w, xh_i> from X (dense or CSR) and w, updated by an axpy of x_i.
-    kernel=True: u_i = y_i (kv_i + bias^2 sb) + o_i with kv = K Y gamma and sb = sum_i y_i gamma_i,
-    updated by one axpy of kernel row i from ``cache`` (no label or bias in the inner loop).
+    kernel=True: u_i = y_i (kv_i + bias^2 sb) + o_i with kv = K Y gamma and sb = sum_i y_i gamma_i.
+    A change of gamma_i needs kernel row i; the changes of up to ``_GROUP`` coordinates are kept
+    pending and added to kv in one pass over their rows, while the coordinates visited in between
+    see them through the entries K[i_t, i] of the pending rows (the same steps as one at a time).
     The arrays of the other path are unused placeholders. Returns (epochs, converged)."""
     m = y.shape[0]
     n_sides = a.shape[0] // m
@@ -358,6 +381,11 @@ def _dcd_core(kernel, Xd, data, indices, indptr, sparse, w, cache, kv, sb, o, y,
     active = m
     pg_old = np.array([np.inf, -np.inf])
     stats = np.empty(2)
+    slots, slot_of = cache[0], cache[1]
+    group = min(_GROUP, slots.shape[0] - 1)  # pending rows must stay cached while the next is fetched
+    ps = np.zeros(_GROUP, dtype=np.int64)
+    pc = np.zeros(_GROUP)
+    npend = 0
     it = 0
     converged = False
     while it < max_iter and not converged:
@@ -366,7 +394,10 @@ def _dcd_core(kernel, Xd, data, indices, indptr, sparse, w, cache, kv, sb, o, y,
         while s < active:
             i = index[s]
             if kernel:
-                ui = y[i] * (kv[i] + bias2 * sb[0]) + o[i]
+                ki = kv[i]
+                for t in range(npend):
+                    ki += pc[t] * slots[ps[t], i]
+                ui = y[i] * (ki + bias2 * sb[0]) + o[i]
             else:
                 ui = y[i] * _row_dot(Xd, data, indices, indptr, sparse, i, w, bias)
             dg, shrink = _coordinate_steps(i, m, n_sides, ui, qd[i], D, p, U, a, shrinking, pg_old[0],
@@ -375,13 +406,25 @@ def _dcd_core(kernel, Xd, data, indices, indptr, sparse, w, cache, kv, sb, o, y,
                 c = dg * y[i]
                 if kernel:
                     sb[0] += c
-                    _add_row(cache, i, c, kv)
+                    if group <= 1:
+                        _add_row(cache, i, c, kv)
+                    else:
+                        cache_row(cache, i)
+                        ps[npend] = slot_of[i]
+                        pc[npend] = c
+                        npend += 1
+                        if npend == group:
+                            _flush(slots, ps, pc, npend, kv)
+                            npend = 0
                 else:
                     _row_axpy(Xd, data, indices, indptr, sparse, i, c, w, bias)
             if shrink:
                 active = _shrink(index, s, active)
             else:
                 s += 1
+        if npend > 0:
+            _flush(slots, ps, pc, npend, kv)
+            npend = 0
         it += 1
         converged, active = _end_epoch(stats, pg_old, active, m, tol)
     return it, converged
