@@ -596,11 +596,15 @@ class _History:
         if k == 0 or bound < self.rows[self.best_k, 2]:
             self.best_k, self.best = k, w.copy()
 
-    def debug(self, log, k, scheme):
+    def advance(self, k, m, theta, prevA, w, step, scheme, log, tol):
+        """Record iterate k (margins m, average margin theta); returns (A_k, tol met)."""
+        A = m < theta
+        changes = int(np.count_nonzero(A != prevA))
+        self.record(k, m, theta, A, changes, w, step, scheme)
         if log is not None and log.isEnabledFor(10):
-            theta, _, bound, n_act, changes, step = self.rows[k]
             log.debug("MSVMAv iteration %d (%s): theta=%.6g SV/theta^2=%.6g |A|=%d changes=%d |dw|=%.3g",
-                      k, scheme, theta, bound, n_act, changes, step)
+                      k, scheme, theta, self.rows[k, 2], self.rows[k, 3], changes, step)
+        return A, tol > 0 and changes == 0 and step <= tol
 
     def result(self, w, n_iter, converged, return_best, **extra):
         return _result(self.rows[: n_iter + 1], self.schemes, w, self.best, self.best_k, n_iter,
@@ -780,13 +784,9 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
         w = w_new
         prevA = A
         m = design.matvec(w)
-        theta = float(u @ w) / S
-        A = m < theta
-        changes = int(np.count_nonzero(A != prevA))
-        hist.record(k, m, theta, A, changes, w, dw, scheme)
-        hist.debug(log, k, scheme)
-        if tol > 0 and changes == 0 and dw <= tol:
-            converged = True
+        A, converged = hist.advance(k, m, float(u @ w) / S, prevA, w, dw, scheme, log, tol)
+        theta = hist.rows[k, 0]
+        if converged:
             break
 
     return hist.result(w, k, converged, return_best, family=family,
@@ -1149,13 +1149,9 @@ def _kernel_factor_loop(K, Rinv, y, s, alpha, beta, *, max_iter=100, tol=1e-6, r
         step = float(np.sqrt(max(dc @ (m_new - mm), 0.0)))
         c, mm = c_new, m_new
         prevA = A
-        theta = float(s @ mm) / S
-        A = mm < theta
-        changes = int(np.count_nonzero(A != prevA))
-        hist.record(k, mm, theta, A, changes, c, step, scheme)
-        hist.debug(log, k, scheme)
-        if tol > 0 and changes == 0 and step <= tol:
-            converged = True
+        A, converged = hist.advance(k, mm, float(s @ mm) / S, prevA, c, step, scheme, log, tol)
+        theta = hist.rows[k, 0]
+        if converged:
             break
     res = hist.result(c, k, converged, return_best, family="capacitance", n_refresh=cap.n_refresh)
     res["w"] = y * res["w"]

@@ -87,6 +87,37 @@ def _solve_spd(H, rhs, L, x):
 
 
 @njit(cache=True)
+def _advance(m, theta, s, S, A, changed, hist, k, step, w, best_w, best_k, tol):
+    """Iterate k (w, margins m, average margin theta): A <- {i : m_i < theta} in place, the
+    indices whose membership changed into changed[:c], history row k (theta, SV, SV/theta^2,
+    |A|, c, step), the best iterate by SV/theta^2 into best_w. Returns (c, best_k, tol met)."""
+    sv = 0.0
+    n_act = 0
+    c = 0
+    for i in range(m.shape[0]):
+        a_i = m[i] < theta
+        if a_i:
+            n_act += 1
+            sh = theta - m[i]
+            sv += s[i] * sh * sh
+        if a_i != A[i]:
+            changed[c] = i
+            c += 1
+            A[i] = a_i
+    sv /= S
+    hist[k, 0] = theta
+    hist[k, 1] = sv
+    hist[k, 2] = sv / theta**2 if theta > 0 else np.inf
+    hist[k, 3] = n_act
+    hist[k, 4] = c
+    hist[k, 5] = step
+    if k == 0 or hist[k, 2] < hist[best_k, 2]:
+        best_k = k
+        best_w[:] = w
+    return c, best_k, tol > 0 and c == 0 and step <= tol
+
+
+@njit(cache=True)
 def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol):
     """The MSVMAv iteration on dense X (rows z_i = y_i [x_i, 1?]); X column-major (Fortran).
 
@@ -111,33 +142,13 @@ def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol):
     w = w0.copy()
     w_new = np.empty(d)
     best_w = w0.copy()
-    best_k = 0
 
     changed = np.empty(n, dtype=np.int64)  # indices whose membership changed
     # iterate 0
     _margins(X, y, w, intercept, m)
-    theta = 0.0
-    for j in range(d):
-        theta += u[j] * w[j]
-    theta /= S
-    sv = 0.0
-    n_act = 0
-    c = 0
-    for i in range(n):
-        A[i] = m[i] < theta
-        if A[i]:
-            n_act += 1
-            sh = theta - m[i]
-            sv += s[i] * sh * sh
-            changed[c] = i
-            c += 1
-    sv /= S
-    hist[0, 0] = theta
-    hist[0, 1] = sv
-    hist[0, 2] = sv / theta**2 if theta > 0 else np.inf
-    hist[0, 3] = n_act
-    hist[0, 4] = n_act
-    hist[0, 5] = np.nan
+    theta = np.dot(u, w) / S
+    c, best_k, _ = _advance(m, theta, s, S, A, changed, hist, 0, np.nan, w, best_w, 0, 0.0)  # c = |A|
+    n_act = c
 
     converged = False
     status = 0
@@ -182,35 +193,10 @@ def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol):
         dw = np.sqrt(dw)
 
         _margins(X, y, w, intercept, m)
-        theta = 0.0
-        for j in range(d):
-            theta += u[j] * w[j]
-        theta /= S
-        sv = 0.0
-        n_act = 0
-        c = 0
-        for i in range(n):
-            a_i = m[i] < theta
-            if a_i:
-                n_act += 1
-                sh = theta - m[i]
-                sv += s[i] * sh * sh
-            if a_i != A[i]:
-                changed[c] = i
-                c += 1
-                A[i] = a_i
-        sv /= S
-        hist[k, 0] = theta
-        hist[k, 1] = sv
-        hist[k, 2] = sv / theta**2 if theta > 0 else np.inf
-        hist[k, 3] = n_act
-        hist[k, 4] = c
-        hist[k, 5] = dw
-        if hist[k, 2] < hist[best_k, 2]:
-            best_k = k
-            best_w[:] = w
-        if tol > 0 and c == 0 and dw <= tol:
-            converged = True
+        theta = np.dot(u, w) / S
+        c, best_k, converged = _advance(m, theta, s, S, A, changed, hist, k, dw, w, best_w, best_k, tol)
+        n_act = int(hist[k, 3])
+        if converged:
             break
     return w, best_w, k, hist[: k + 1].copy(), best_k, converged, status
 
@@ -397,24 +383,10 @@ def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_
     c /= np.sqrt(nrm2)
     mm /= np.sqrt(nrm2)
     theta = np.dot(s, mm) / S
-    A = mm < theta
+    A = np.zeros(m, dtype=np.bool_)
     changed = np.empty(m, dtype=np.int64)
-    n_changed = 0
-    sv = 0.0
-    for i in range(m):
-        if A[i]:
-            sv += s[i] * (theta - mm[i]) ** 2
-            changed[n_changed] = i
-            n_changed += 1
-    sv /= S
-    hist[0, 0] = theta
-    hist[0, 1] = sv
-    hist[0, 2] = sv / theta**2 if theta > 0 else np.inf
-    hist[0, 3] = n_changed
-    hist[0, 4] = n_changed
-    hist[0, 5] = np.nan
     best_c = c.copy()
-    best_k = 0
+    n_changed, best_k, _ = _advance(mm, theta, s, S, A, changed, hist, 0, np.nan, c, best_c, 0, 0.0)
 
     act = np.empty(m, dtype=np.int64)
     pos = np.full(m, -1, dtype=np.int64)
@@ -522,29 +494,9 @@ def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_
 
         # ---- margins, A, history
         theta = np.dot(s, mm) / S
-        sv = 0.0
-        n_act = 0
-        n_changed = 0
-        for i in range(m):
-            a_i = mm[i] < theta
-            if a_i:
-                n_act += 1
-                sv += s[i] * (theta - mm[i]) ** 2
-            if a_i != A[i]:
-                changed[n_changed] = i
-                n_changed += 1
-                A[i] = a_i
-        sv /= S
-        hist[k, 0] = theta
-        hist[k, 1] = sv
-        hist[k, 2] = sv / theta**2 if theta > 0 else np.inf
-        hist[k, 3] = n_act
-        hist[k, 4] = n_changed
-        hist[k, 5] = step
-        if hist[k, 2] < hist[best_k, 2]:
-            best_k = k
-            best_c[:] = c
-        if tol > 0 and n_changed == 0 and step <= tol:
-            converged = True
+        n_changed, best_k, converged = _advance(mm, theta, s, S, A, changed, hist, k, step, c, best_c,
+                                                best_k, tol)
+        n_act = int(hist[k, 3])
+        if converged:
             break
     return c, best_c, k, hist[: k + 1].copy(), best_k, converged, status, schemes[: k + 1].copy(), n_refresh
