@@ -426,21 +426,20 @@ def _transform_block(kind, params, B, sq_rows, sq_cols, scratch):
 
 
 @njit(cache=True)
-def _store_block(slots, B, r0):
+def _store_block(slots, B, r0, tile):
     """Rows r0.. of the upper triangle: slots[r0 + a, r0 + b] = B[a, b] for b >= a, mirrored into
     slots[r0 + b, r0 + a] (rounded to the slots' dtype once: the stored matrix is exactly symmetric).
-    The mirror is written in tiles so that both sides stay in cache."""
+    The mirror is written in ``tile`` x ``tile`` tiles so that both sides stay in cache."""
     A, N = B.shape
     for a in range(A):
         dst = slots[r0 + a]
         src = B[a]
         for b in range(a, N):
             dst[r0 + b] = src[b]
-    T = 64
-    for b0 in range(0, N, T):
-        b1 = min(b0 + T, N)
-        for a0 in range(0, min(A, b1), T):
-            a1 = min(a0 + T, A)
+    for b0 in range(0, N, tile):
+        b1 = min(b0 + tile, N)
+        for a0 in range(0, min(A, b1), tile):
+            a1 = min(a0 + tile, A)
             for b in range(b0, b1):
                 dst = slots[r0 + b]
                 for a in range(a0, min(a1, b)):
@@ -607,7 +606,7 @@ class KernelRowCache:
             r1 = min(r0 + step, m)
             B = np.ascontiguousarray(X[r0:r1] @ XT[:, r0:])  # rows r0..r1-1, columns r0..m-1
             _transform_block(kind, state[6], B, sqn[r0:r1], sqn[r0:], state[13][1])
-            _store_block(slots, B, r0)
+            _store_block(slots, B, r0, 128)
             for i in range(r0, r1):
                 _claim_slot(state, i)
         return slots
