@@ -94,10 +94,11 @@ class KMOMD(BaseMarginClassifier):
     degree : int, default=3
     coef0 : float, default=0.0
     solver : {"auto", "dual", "primal", "lbfgs"}, default="auto"
-        "dual": the SMO with kernel rows from the row cache (any kernel); for 1000 examples or
-        more and 0 < lam < 1, after 2 m pair updates without convergence, an active-set Newton
-        phase (linear solves on the candidate support by preconditioned conjugate gradients,
-        usually 4-10 of them) takes it to the optimum and the SMO checks the stopping rule. "primal": linear
+        "dual": the SMO with kernel rows from the row cache (any kernel); for 200 examples or
+        more and 0 < lam < 1, when 2 m pair updates leave it far from convergence, an active-set
+        Newton phase (linear solves on the candidate support by preconditioned conjugate
+        gradients, usually 4-10 of them) takes it to the optimum and the SMO checks the
+        stopping rule. "primal": linear
         kernel only; the same SMO keeps w = v(gamma) as an explicit vector and updates the
         gradients through X (dense or CSR, never densified): O(nnz(X)) per update and no
         cache. "lbfgs": linear kernel and lam > 0; maximises the concave dual of the problem
@@ -123,7 +124,8 @@ class KMOMD(BaseMarginClassifier):
     warm_start : bool, default=False
         Start the SMO from the previous fit's distribution gamma (renormalised per class)
         when the data have the same shape, e.g. along a path of decreasing ``lam`` (about
-        30-50 % fewer updates there). Only the start changes, never the optimum. Ignored by
+        30-50 % fewer updates there; from 200 examples on, the Newton phase starts right away
+        from the previous support). Only the start changes, never the optimum. Ignored by
         ``solver="lbfgs"`` (its L-BFGS start is cheap).
     class_weight : dict or "balanced", default=None
         Multiplies sample weights per class (see "Sample weights").

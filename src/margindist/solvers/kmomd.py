@@ -489,8 +489,10 @@ def _result(gamma, s, y, w, lam, it, viol, status, history, perm=None, coef=None
                        coef=coef)
 
 
-#: ``newton="auto"`` runs the active-set Newton phase for problems with at least this many examples.
-_NEWTON_MIN_M = 1000
+#: ``newton="auto"`` runs the active-set Newton phase for problems with at least this many examples...
+_NEWTON_MIN_M = 200
+#: ... when the SMO's violation after 2 m updates is still above this many times the stopping threshold.
+_NEWTON_GAP = 10.0
 #: ... after this many pair updates per example without convergence.
 _NEWTON_AFTER = 2
 #: At most this many active-set iterations (the phase usually ends after 4-10).
@@ -681,11 +683,13 @@ def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-
         gradients and objective are accumulated in float64 either way. With float32 the solver
         works on the kernel rounded to float32 (relative 6e-8), which suits tol >= 1e-5.
     newton : {"auto", True, False}
-        After 2 m pair updates without convergence, run :func:`_newton_phase` (primal-dual active
-        set with preconditioned conjugate gradients) from the SMO's support, and continue the SMO
-        from its point when that is better (the SMO then only checks, or completes, the stopping
-        rule). It needs the kernel rows of the support in the cache at once (else it is skipped).
-        "auto": for m >= 1000 and 0 < lam < 1. The objective never increases either way.
+        After 2 m pair updates without convergence (right away from a warm-start ``init``), run
+        :func:`_newton_phase` (primal-dual active set with preconditioned conjugate gradients)
+        from the SMO's support, and continue the SMO from its point when that is better (the SMO
+        then only checks, or completes, the stopping rule). It needs the kernel rows of the
+        support in the cache at once (else it is skipped). "auto": for m >= 200 and 0 < lam < 1,
+        when the violation is still above 10 times the stopping threshold. The objective never
+        increases either way.
 
     The rows are put in class order internally (a permuted copy of X, or of the Gram matrix for
     "precomputed", when the classes are interleaved) so that the update pass runs over
@@ -703,7 +707,8 @@ def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-
         X = X[np.ix_(perm, perm)] if spec.kind == "precomputed" else X[perm]
     m = y.size
     cache = KernelRowCache(spec, X, max_bytes=max_bytes, dtype=dtype)
-    if not isinstance(init, str):  # a previous solution (warm start), in the caller's row order
+    warm = not isinstance(init, str)
+    if warm:  # a previous solution (warm start), in the caller's row order
         gamma = _feasible_start(init, y, w, perm)
     else:
         gamma = initial_distribution(y, w, init)
@@ -718,8 +723,10 @@ def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-
     use_newton = newton is True or (newton == "auto" and m >= _NEWTON_MIN_M and 0.0 < lam < 1.0)
     n_newton = 0
     if use_newton and lam > 0.0:
-        smo.run(min(max_iter, _NEWTON_AFTER * m))
-        if smo.status == "max_iter" and smo.it < max_iter:
+        # a warm start already has (about) the support: the Newton phase may start right away
+        smo.run(min(max_iter, 0 if warm else _NEWTON_AFTER * m))
+        far = smo.violation > _NEWTON_GAP * tol * 2.0 * smo.obj  # else the SMO is about to finish
+        if smo.status == "max_iter" and smo.it < max_iter and (far or newton is True):
             out = _newton_phase(cache, y, w, lam, smo.gamma, tol, max_bytes // 2)
             if out is not None:
                 g_new, G_new, n_newton = out
