@@ -87,6 +87,9 @@ REFRESH_TOL = 1e-10
 CHECK_EVERY = 4
 #: Relative residual of the conjugate-gradient solves.
 CG_TOL = 1e-10
+#: CG: the copy of the active rows is rebuilt once the products spent on stale and extra rows
+#: since the last rebuild add up to this many products (about what a rebuild costs).
+COPY_REBUILD = 2.0
 #: Previous solutions whose span gives the conjugate-gradient start.
 CG_WINDOW = 4
 #: Largest sum of |coefficients| of the Galerkin start in the window's vectors.
@@ -201,6 +204,19 @@ class Design:
     def subset(self, idx):
         """The design of rows idx (a copy of those rows of B)."""
         return Design(self.B[idx], self.r[idx], self.c, self.intercept)
+
+    def touched(self, idx):
+        """(design of rows idx on the coordinates they touch, those coordinates) for sparse B
+        with few non-zeros in those rows: products with them then cost O(their nnz), not O(d).
+        Otherwise (subset, None)."""
+        sub = self.subset(idx)
+        if not self.sparse or self.c is not None or sub.B.nnz > self.p // 4:
+            return sub, None
+        cols, inv = np.unique(sub.B.indices, return_inverse=True)
+        B = sp.csr_matrix((sub.B.data, inv.astype(sub.B.indices.dtype), sub.B.indptr),
+                          shape=(len(idx), cols.size))
+        coords = np.append(cols, self.p) if self.intercept else cols
+        return Design(B, sub.r, intercept=self.intercept), coords
 
     def sq_rmatvec(self, t):
         """sum_i t_i z_i * z_i (elementwise squares): the diagonal of Z^T diag(t) Z."""
@@ -375,7 +391,7 @@ class _CGSystem:
       (``design.subset``: contiguous, so SciPy's CSR / BLAS kernels run at full speed); rows
       that left A since have weight 0 there, rows that entered form a small extra block. The
       copy is rebuilt once the work spent on those two (summed over the products since the
-      last rebuild) reaches the cost of one product.
+      last rebuild) reaches :data:`COPY_REBUILD` products, about the cost of a rebuild.
     * g = sum_A s_i z_i, the diagonal of G = sum_A s_i z_i z_i^T and the mean direction
       t = sum_A s_i r_i z_i follow the changes of A (O(nnz of the changed rows)).
     * Preconditioner: the diagonal of G minus its mean part plus the mean part t t^T / tau
@@ -398,8 +414,10 @@ class _CGSystem:
         self.pos = np.full(design.n, -1, dtype=np.int64)  # row -> position in the copy
         self.waste = 0.0  # products' worth of work spent on stale and extra rows
         # window of previous solutions x_j and H x_j (H of the current A), newest first
-        self.W = np.empty((d, CG_WINDOW))
-        self.HW = np.empty((d, CG_WINDOW))
+        self.W = np.empty((d, CG_WINDOW), order="F")  # columns contiguous
+        self.HW = np.empty((d, CG_WINDOW), order="F")
+        self.V = np.empty((d, CG_WINDOW), order="F")  # scratch of the start
+        self.HV = np.empty((d, CG_WINDOW), order="F")
         self.k = 0
         self.x_prev = None
         self.n_products = 0
@@ -424,24 +442,33 @@ class _CGSystem:
             changed = np.concatenate([rem, add])
             sc = s[changed]
             sc[: rem.size] *= -1.0
-            sub = design.subset(changed)
-            self.g += sub.rmatvec(sc)
-            self.diagG += sub.sq_rmatvec(sc)
-            self.t += sub.rmatvec(sc * sub.r)
+            sub, coords = design.touched(changed)
+            at = slice(None) if coords is None else coords
+            k = self.k if self.k and c * self.k <= n_act else 0
+            self.k = k
+            # g, t and the window's H-products in one product through the changed rows
+            T = np.empty((c, 2 + k))
+            T[:, 0] = sc
+            T[:, 1] = sc * sub.r
+            if k:
+                T[:, 2:] = sub.matvec(self.W[at, :k]) * (sc / self.nb)[:, None]
+            out = sub.rmatvec(T)
+            self.g[at] += out[:, 0]
+            self.t[at] += out[:, 1]
+            self.HW[at, :k] += out[:, 2:]
+            self.diagG[at] += sub.sq_rmatvec(sc)
             self.tau += float(sc @ (sub.r * sub.r))
-            k = self.k
-            if k and c * k <= n_act:
-                self.HW[:, :k] += sub.rmatvec(sub.matvec(self.W[:, :k]) * (sc / self.nb)[:, None])
-            else:
-                self.k = 0
             p = self.pos[changed]
             ins = changed[p >= 0]
             now = A[ins]
             self.w_copy[p[p >= 0]] = np.where(now, s[ins], 0.0)
             self.n_stale += ins.size - 2 * int(np.count_nonzero(now))  # left minus re-entered
-        if self.waste >= 1.0:
+            # rows of A outside the copy: those that entered, less those that left again
+            self.extra_idx = np.union1d(np.setdiff1d(self.extra_idx, rem, assume_unique=True),
+                                        add[self.pos[add] < 0])
+        if self.waste >= COPY_REBUILD:
             self._set_copy(np.flatnonzero(A))
-        extra = np.flatnonzero(A & (self.pos < 0)) if self.n_out else np.empty(0, dtype=np.int64)
+        extra = self.extra_idx
         self.extra = design.subset(extra) if extra.size else None
         self.s_extra = s[extra]
         n_act = max(n_act, 1)
@@ -454,7 +481,7 @@ class _CGSystem:
         self.pos[idx] = np.arange(idx.size)
         self.w_copy = self.s[idx].copy()
         self.n_stale = 0
-        self.n_out = self.design.n - idx.size  # rows outside the copy
+        self.extra_idx = np.empty(0, dtype=np.int64)
         self.waste = 0.0
 
     # -- products and preconditioner
@@ -488,29 +515,26 @@ class _CGSystem:
     def _start(self, b):
         """x0 and r0 = b - H x0: the Galerkin solution over the window (else the last
         solution, or 0). Successive solutions are nearly collinear, so the projected system is
-        solved in an orthonormal basis (QR, nearly dependent vectors dropped), and the
-        coefficients y in the original vectors must stay moderate: r0 = b - (HW) y carries the
-        round-off of HW times |y|."""
+        set up on the newest solution and the differences of successive ones, scaled to unit
+        H-norm, and solved with small eigenvalues dropped; its coefficients must stay moderate,
+        as r0 = b - (HW) y carries the round-off of HW times |y|."""
         k = self.k
         if k:
-            W, HW = self.W[:, :k], self.HW[:, :k]
-            Qw, R = np.linalg.qr(W)
-            dg = np.abs(np.diag(R))
-            j = 1
-            while j < k and dg[j] > 1e-12 * dg[0]:
-                j += 1
-            Qw, R, W, HW = Qw[:, :j], R[:j, :j], W[:, :j], HW[:, :j]
-            HQ = sla.solve_triangular(R, HW.T, trans=1, check_finite=False).T  # HW R^-1
-            G = Qw.T @ HQ
-            try:
-                y = sla.solve_triangular(R, np.linalg.solve(0.5 * (G + G.T), Qw.T @ b),
-                                         check_finite=False)
-            except np.linalg.LinAlgError:
-                y = None
-            if y is None or not np.all(np.isfinite(y)) or np.abs(y).sum() > GALERKIN_MAX_COEF:
-                y = np.array([(W[:, 0] @ b) / (W[:, 0] @ HW[:, 0])])  # newest solution, scaled
-                W, HW = W[:, :1], HW[:, :1]
-            return W @ y, b - HW @ y
+            V, HV = self.V[:, :k], self.HV[:, :k]
+            V[:, 0] = self.W[:, 0]
+            HV[:, 0] = self.HW[:, 0]
+            np.subtract(self.W[:, : k - 1], self.W[:, 1:k], out=V[:, 1:])
+            np.subtract(self.HW[:, : k - 1], self.HW[:, 1:k], out=HV[:, 1:])
+            G = V.T @ HV
+            G = 0.5 * (G + G.T)
+            scale = 1.0 / np.sqrt(np.maximum(np.diag(G), np.finfo(float).tiny))
+            lam, U = np.linalg.eigh(G * np.outer(scale, scale))
+            keep = lam > 1e-10 * lam[-1]
+            y = scale * (U[:, keep] @ ((U[:, keep].T @ (scale * (V.T @ b))) / lam[keep]))
+            if not np.all(np.isfinite(y)) or np.abs(y).sum() > GALERKIN_MAX_COEF:
+                y = np.zeros(k)
+                y[0] = (V[:, 0] @ b) / (V[:, 0] @ HV[:, 0])  # the newest solution, scaled
+            return V @ y, b - HV @ y
         if self.x_prev is not None:
             return self.x_prev.copy(), b - self.matvec(self.x_prev)
         return np.zeros_like(b), b.copy()
