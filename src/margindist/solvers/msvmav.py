@@ -969,22 +969,23 @@ def weighted_gram_eig(spec, X, s, fit_intercept, cache_bytes=None):
 
 
 def weighted_gram_factor(spec, X, s, fit_intercept, cache_bytes=None):
-    """(K, R^{-1}) with K the Gram matrix (+1) and R = D^{-1} + K, D = diag(s) (both m x m,
-    symmetric, full); cached like :func:`weighted_gram_eig`. One Cholesky factorisation and
-    inversion, O(m^3) but several times cheaper than an eigendecomposition. None when R is
-    not positive definite (an indefinite kernel)."""
+    """(K, R^{-1}) with K the Gram matrix (+1) and R = D^{-1} + K, D = diag(s), both m x m and
+    C-ordered; R^{-1} is valid on its lower triangle only (its upper triangle is left over
+    from the factorisation). Cached like :func:`weighted_gram_eig`. One Cholesky factorisation
+    and inversion, O(m^3) but several times cheaper than an eigendecomposition, and two m x m
+    arrays at the peak. None when R is not positive definite (an indefinite kernel)."""
 
     def compute():
         K = _kernel_gram(spec, X, fit_intercept)
-        R = np.array(K, order="F")
+        R = K.T.copy(order="F")  # K symmetric: a plain copy, in Fortran order for LAPACK
         R[np.diag_indices_from(R)] += 1.0 / s
         c, info = lapack.dpotrf(R, lower=0, clean=0, overwrite_a=1)
         if info != 0:
             return None
-        inv = _potri_full(c)
-        Rinv = np.triu(inv)
-        Rinv += np.triu(inv, 1).T
-        return K, Rinv
+        inv, info = lapack.dpotri(c, lower=0, overwrite_c=1)
+        if info != 0:
+            return None
+        return K, inv.T  # the upper triangle of the Fortran array is the lower of its C view
 
     m = s.shape[0]
     return _cached("factor", spec, X, s, fit_intercept, 16 * m * m, cache_bytes, compute)
@@ -1015,6 +1016,7 @@ class _Capacitance:
     """
 
     def __init__(self, K, Rinv, y, s, nb):
+        Rinv = np.tril(Rinv) + np.tril(Rinv, -1).T  # the factor's lower triangle, symmetric
         self.K, self.Rinv, self.y, self.s, self.nb = K, Rinv, y, s, nb
         self.ys = y / s
         self.act = None

@@ -208,10 +208,35 @@ def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol):
 # BLAS dsymv (SciPy's) for the m x m products: it reads one triangle, half the memory traffic
 # of the gemv behind np.dot, and these products are memory-bound. Bound by symbol name, so
 # the compiled functions stay cacheable.
+# LAPACK dpotrf / dpotri for the capacitance refactorisation (half the flops of an LU inverse).
+_U8P, _I32P, _F64P = types.CPointer(types.uint8), types.CPointer(types.int32), types.CPointer(types.float64)
 _llvm.add_symbol("margindist_msvmav_dsymv", get_cython_function_address("scipy.linalg.cython_blas", "dsymv"))
-_I32P, _F64P = types.CPointer(types.int32), types.CPointer(types.float64)
 _dsymv = types.ExternalFunction("margindist_msvmav_dsymv", types.void(
-    types.CPointer(types.uint8), _I32P, _F64P, _F64P, _I32P, _F64P, _I32P, _F64P, _F64P, _I32P))
+    _U8P, _I32P, _F64P, _F64P, _I32P, _F64P, _I32P, _F64P, _F64P, _I32P))
+_llvm.add_symbol("margindist_msvmav_dpotrf", get_cython_function_address("scipy.linalg.cython_lapack", "dpotrf"))
+_llvm.add_symbol("margindist_msvmav_dpotri", get_cython_function_address("scipy.linalg.cython_lapack", "dpotri"))
+_dpotrf = types.ExternalFunction("margindist_msvmav_dpotrf", types.void(_U8P, _I32P, _F64P, _I32P, _I32P))
+_dpotri = types.ExternalFunction("margindist_msvmav_dpotri", types.void(_U8P, _I32P, _F64P, _I32P, _I32P))
+
+
+@njit(cache=True)
+def _spd_inverse(C):
+    """Inverse of a symmetric positive definite C (C-ordered, overwritten) by Cholesky (LAPACK
+    potrf + potri on one triangle, mirrored); an LU inverse if the factorisation fails."""
+    n = C.shape[0]
+    nn = np.array([n], dtype=np.int32)
+    info = np.zeros(1, dtype=np.int32)
+    uplo = np.array([85], dtype=np.uint8)  # "U" of the Fortran view: C's lower triangle
+    work = C.copy()
+    _dpotrf(uplo.ctypes, nn.ctypes, work.ctypes, nn.ctypes, info.ctypes)
+    if info[0] == 0:
+        _dpotri(uplo.ctypes, nn.ctypes, work.ctypes, nn.ctypes, info.ctypes)
+    if info[0] != 0:
+        return np.linalg.inv(C)
+    for i in range(n):
+        for j in range(i + 1, n):
+            work[i, j] = work[j, i]
+    return work
 
 
 @njit(cache=True)
@@ -231,14 +256,15 @@ def _symv(K, v):
 
 @njit(cache=True)
 def _gather(K, Rinv, y, ys, s, nb, I, J, diag):
-    """C[I, J] with C_ij = y_i y_j K_ij + ys_i ys_j Rinv_ij (+ (nb - 1) / s_i on the diagonal)."""
+    """C[I, J] with C_ij = y_i y_j K_ij + ys_i ys_j Rinv_ij (+ (nb - 1) / s_i on the diagonal);
+    Rinv read on its lower triangle."""
     out = np.empty((I.shape[0], J.shape[0]))
     for a in range(I.shape[0]):
         i = I[a]
         yi, ysi = y[i], ys[i]
         for b in range(J.shape[0]):
             j = J[b]
-            out[a, b] = yi * y[j] * K[i, j] + ysi * ys[j] * Rinv[i, j]
+            out[a, b] = yi * y[j] * K[i, j] + ysi * ys[j] * (Rinv[i, j] if i >= j else Rinv[j, i])
         if diag:
             out[a, a] += (nb - 1.0) / s[i]
     return out
@@ -351,7 +377,7 @@ def _cap_residual(buf, n, act, K, Rinv, y, ys, s, nb):
         acc = (nb - 1.0) / s[i] * q[a]
         for b in range(n):
             j = act[b]
-            acc += (y[i] * y[j] * K[i, j] + ys[i] * ys[j] * Rinv[i, j]) * q[b]
+            acc += (y[i] * y[j] * K[i, j] + ys[i] * ys[j] * (Rinv[i, j] if i >= j else Rinv[j, i])) * q[b]
         res += (p[a] - acc) ** 2
     return np.sqrt(res)
 
@@ -460,8 +486,7 @@ def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_
                     n += 1
             buf = _room(buf, n, m)
             if n:
-                Ci = np.linalg.inv(_gather(K, Rinv, y, ys, s, nb, act[:n], act[:n], True))
-                buf[: n * n] = 0.5 * (Ci + Ci.T).ravel()
+                buf[: n * n] = _spd_inverse(_gather(K, Rinv, y, ys, s, nb, act[:n], act[:n], True)).ravel()
             since = 0
             schemes[k] = 1
 
