@@ -139,7 +139,10 @@ class ODM(_ProblemwiseFit, BaseMarginClassifier):
         blocks; otherwise kernel rows are computed on demand into an LRU cache of this size.
         No m x m matrix beyond this budget is formed. Rows are stored in float32 (as in
         LIBSVM: twice the rows per MiB, half the memory traffic; sums stay float64) unless
-        ``tol`` < 1e-5, where float64 keeps the solution exact to rounding.
+        ``tol`` < 1e-5, where float64 keeps the solution exact to rounding. The kernel DCD is
+        fast when the whole matrix fits (4 m^2 bytes in float32, e.g. 1.6 GB at m = 20000):
+        every epoch visits all support vectors, so with a smaller budget most rows are
+        recomputed in every epoch.
     warm_start : bool, default=False
         Start from the previous fit's dual variables (dcd) or weights (newton, svrg) when the
         number of samples and sub-problems is unchanged. A refit on the same data then stops
