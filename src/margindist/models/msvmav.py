@@ -116,12 +116,22 @@ class MSVMAv(BaseMarginClassifier):
           path), as the paper does;
         * "batched": the Gram sum over A_k kept incrementally (O(c d^2)) and refactorised by
           Cholesky each iteration (O(d^3));
-        * "cg": conjugate gradients with products through the rows of A_k, never a d x d
-          matrix (sparse / high-dimensional X; Jacobi-preconditioned, warm-started);
+        * "cg": conjugate gradients with products through a reused copy of the rows of A_k,
+          never a d x d matrix (sparse / high-dimensional X); preconditioner: diagonal plus the
+          rows' mean direction; start: the Galerkin combination of the last solutions, whose
+          products with the system are kept current, so that a settled iteration needs about
+          two products through X_A per step;
         * "auto": dense X with at most 128 columns (bias included): a compiled loop of the
           batched scheme (rank-one updates save nothing at this size and per-call overhead
           dominates); CG above 4096 features (2048 for sparse X); otherwise per iteration the
           cheaper of a Woodbury update (about 4 c d^2 flops) and a refactorisation (d^3 / 3).
+          Kernel path with ``kernel_prox="paper"`` and a positive semi-definite kernel (rbf,
+          linear, poly with coef0 >= 0): no eigendecomposition; one Cholesky inverse of
+          diag(1/s) + K and a compiled loop in the coefficients, where the semi-variance step is
+          a solve with the |A| x |A| capacitance matrix of the Woodbury identity, kept as an
+          explicit inverse through bordering / Schur-complement updates as indices enter and
+          leave A (O(c |A|^2)), refactorised when cheaper. The other kernel cases: the
+          eigenbasis of K with the linear path's schemes.
     refresh_every : int, default=None
         Round-off control of the Sherman-Morrison scheme: every fourth incremental update the
         inverse is checked against the system on a fixed probe vector (O(d^2)) and recomputed
@@ -145,13 +155,13 @@ class MSVMAv(BaseMarginClassifier):
         Number of Nyström components (scikit-learn's ``Nystroem`` with the resolved kernel,
         landmarks drawn with ``random_state``); the features go into the linear solver, and
         the model is stored as a kernel expansion over the landmarks. For large m, where the
-        exact kernel path's O(m^3) eigendecomposition is too slow. Named kernels only.
+        exact kernel path's O(m^3) factorisation is too slow. Named kernels only.
         Landmarks are drawn uniformly, ignoring sample weights.
     cache_size : float, default=500
-        MiB for the cache of eigendecompositions of the kernel path (module-wide, least
-        recently used first out). A refit on the same data, kernel and weights — another
-        (alpha, beta) of a grid search, or the next one-vs-rest sub-problem — reuses the
-        O(m^3) eigendecomposition. 0 disables it.
+        MiB for the cache of the kernel path's factorisations (the inverse of diag(1/s) + K with
+        K, or an eigendecomposition; module-wide, least recently used first out). A refit on
+        the same data, kernel and weights — another (alpha, beta) of a grid search, or the
+        next one-vs-rest sub-problem — reuses the O(m^3) factorisation. 0 disables it.
     class_weight : dict or "balanced", default=None
     multi_class : {"ovr", "ovo"}, default="ovr"
     n_jobs : int, default=None
@@ -184,8 +194,9 @@ class MSVMAv(BaseMarginClassifier):
     Notes
     -----
     Costs: linear path O(nnz(X)) per iteration plus the update of M_k (see ``update``);
-    kernel path O(m^3) once (eigendecomposition of the Gram matrix, m x m memory for it and
-    for M) and O(m^2 + c m^2) per iteration. A ConvergenceWarning is raised when the active set
+    kernel path O(m^3) once (Cholesky inverse of diag(1/s) + K, or an eigendecomposition; two
+    m x m arrays) and O(m^2 + c |A|^2) per iteration for c indices changing A (O(m^2 + c m^2)
+    in the eigenbasis). A ConvergenceWarning is raised when the active set
     still changed in the last iterations (T is only a cap; for some (alpha, beta) the iteration
     oscillates): raise ``max_iter`` or use ``return_best=True``.
 
@@ -291,7 +302,7 @@ class MSVMAv(BaseMarginClassifier):
             w, b, res = msvmav_linear(X, y, sample_weight, self.alpha, self.beta,
                                       fit_intercept=self.fit_intercept, **kw)
             return self._model(res, coef=w, intercept=b)
-        log.info("MSVMAv kernel path (%s): m=%d, O(m^3) eigendecomposition", kernel.kind, X.shape[0])
+        log.info("MSVMAv kernel path (%s): m=%d, O(m^3) factorisation", kernel.kind, X.shape[0])
         a, b, res = msvmav_kernel(kernel, X, y, sample_weight, self.alpha, self.beta,
                                   fit_intercept=self.fit_intercept, kernel_prox=self.kernel_prox,
                                   cache_bytes=int(self.cache_size * 2**20), **kw)

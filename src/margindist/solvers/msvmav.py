@@ -16,7 +16,10 @@ One iteration of the paper's Algorithm 1 (with the corrected Eq. 8, see below):
 
 P = I and N = I in the paper's linear algorithm. The kernel algorithm (Section 4.2) is the same
 iteration in the eigenbasis of the Gram matrix with diagonal P and N (:func:`msvmav_kernel`), so
-one core, :func:`msvmav_iterate`, serves both.
+one core, :func:`msvmav_iterate`, serves both. By default, though, the kernel path needs no
+eigendecomposition: with R = diag(1/s) + K factorised once, the semi-variance step is a solve
+with the |A| x |A| capacitance matrix of the Woodbury identity (:class:`_Capacitance`,
+:func:`_kernel_factor_loop`, compiled as :func:`.msvmav_dense.kernel_loop`).
 
 H_k is updated from H_{k-1} when indices enter or leave A. Schemes (``update``):
 
@@ -36,8 +39,9 @@ H_k is updated from H_{k-1} when indices enter or leave A. Schemes (``update``):
   round-off.
 * ``"batched"``: keep the Gram sum S_A = sum_{A} s_i z_i z_i^T incrementally (O(c d^2) for c
   changes) and re-factorise H by Cholesky (O(d^3)) every iteration.
-* ``"cg"``: conjugate gradients on H with products through the rows of A (Jacobi
-  preconditioner, warm start); never forms a d x d matrix (sparse, high-dimensional X).
+* ``"cg"``: conjugate gradients on H with products through a reused copy of the rows of A,
+  a diagonal-plus-mean-direction preconditioner and a Galerkin start from the last solutions
+  (:class:`_CGSystem`); never forms a d x d matrix (sparse, high-dimensional X).
 * ``"auto"``: dense X with few columns: the batched scheme in one compiled loop
   (:mod:`.msvmav_dense`); CG when d is large (no d x d matrix); otherwise per iteration the
   cheaper of a Woodbury update of M (about 4 c d^2 flops) and a Cholesky refactorisation
