@@ -19,8 +19,9 @@
 
 A subclass implements ``_fit_binary(X, y, sample_weight, kernel)`` returning a
 :class:`BinaryModel` (y in {-1, +1}; kernel the resolved :class:`~margindist.kernels.KernelSpec`
-or None for linear-only methods), and optionally ``_fit_multiclass`` for native multi-class
-methods.
+or None for linear-only methods) — or ``_solve(...)`` when it needs per-sub-problem seeds,
+warm-start states or set-up shared by one-vs-rest sub-problems (see :meth:`_solve`) — and
+optionally ``_fit_multiclass`` for native multi-class methods.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import scipy.sparse as sp
 from joblib import Parallel, delayed
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
@@ -327,18 +329,54 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
             return out
         raise ValueError(f"multi_class must be 'ovr' or 'ovo'; got {strategy!r}.")
 
+    # ------------------------------------------------------------------ sub-problems
+    def _solve(self, X, y, sample_weight, kernel, warm, shared, seed) -> BinaryModel:
+        """Fit one binary sub-problem.
+
+        Methods with warm starts, random seeds or set-up work that one-vs-rest sub-problems can
+        share override this; the others implement ``_fit_binary``. ``warm`` is the
+        ``extra["warm"]`` of the same sub-problem in the previous fit (None when ``warm_start``
+        is off or the previous fit is not comparable, see :meth:`_warm_key`), ``shared`` the
+        result of :meth:`_shared_setup` (None for row subsets and parallel fits), ``seed`` an
+        int drawn from ``random_state`` for this sub-problem.
+        """
+        return self._fit_binary(X, y, sample_weight, kernel)
+
+    def _shared_setup(self, X, sample_weight, kernel):
+        """Work that one-vs-rest sub-problems (same rows, different labels) can share."""
+        return None
+
+    def _warm_key(self, X, kernel, problems):
+        """What must match for the previous fit's sub-problem states to be valid starts."""
+        return (X.shape, None if kernel is None else kernel.kind, [cls for _, _, cls in problems])
+
     def _fit_problems(self, X, y_index, sw, spec, problems):
+        """Fit every sub-problem (in parallel with ``n_jobs``) and keep their warm-start states."""
         pairwise = self._pairwise()
-
-        def one(rows, y_pm):
-            if rows is None:
-                return self._fit_binary(X, y_pm, sw, spec)
-            return self._fit_binary(_take_rows(X, rows, pairwise), y_pm, sw[rows], spec)
-
+        key = self._warm_key(X, spec, problems)
+        prev = getattr(self, "_warm_state", None) if getattr(self, "warm_start", False) else None
+        warm = prev["states"] if prev is not None and prev["key"] == key else [None] * len(problems)
+        if hasattr(self, "random_state"):
+            seeds = check_random_state(self.random_state).randint(0, 2**31 - 1, size=len(problems))
+        else:  # deterministic methods: no draw from the global random state
+            seeds = np.zeros(len(problems), dtype=np.int64)
         n_jobs = getattr(self, "n_jobs", None)
-        if len(problems) == 1 or n_jobs in (None, 1):
-            return [one(rows, y_pm) for rows, y_pm, _ in problems]
-        return Parallel(n_jobs=n_jobs)(delayed(one)(rows, y_pm) for rows, y_pm, _ in problems)
+        sequential = len(problems) == 1 or n_jobs in (None, 1)
+        shared = None
+        if sequential and len(problems) > 1 and all(rows is None for rows, _, _ in problems):
+            shared = self._shared_setup(X, sw, spec)
+
+        def one(k, rows, y_pm):
+            if rows is None:
+                return self._solve(X, y_pm, sw, spec, warm[k], shared, int(seeds[k]))
+            return self._solve(_take_rows(X, rows, pairwise), y_pm, sw[rows], spec, warm[k], None, int(seeds[k]))
+
+        if sequential:
+            models = [one(k, rows, y_pm) for k, (rows, y_pm, _) in enumerate(problems)]
+        else:
+            models = Parallel(n_jobs=n_jobs)(delayed(one)(k, rows, y_pm) for k, (rows, y_pm, _) in enumerate(problems))
+        self._warm_state = {"key": key, "states": [m.extra.pop("warm", None) for m in models]}
+        return models
 
     def _assemble(self, X, models, problems, spec, keep):
         """Store fitted state of all sub-problems in scikit-learn's attribute layout."""

@@ -16,7 +16,6 @@ from .._base import BaseMarginClassifier, BinaryModel, combined_sample_weight, g
 from .._params import KERNEL_PARAMS, MULTICLASS_PARAMS, NON_NEGATIVE, POSITIVE, RANDOM_STATE, VERBOSE
 from ..kernels import kernel_matrix
 from ..solvers.ldm import ASGDState, LDMKernelBase, LDMLinearFactor, ldm_asgd, ldm_dcd_kernel, ldm_dcd_linear
-from .odm import _ProblemwiseFit
 
 #: solver="auto" on a linear problem: the dual DCD needs the dense transformed data
 #: Z (m x (d + 1) float64) and a (d + 1) x (d + 1) factorisation, and its number of epochs
@@ -35,7 +34,7 @@ def _linear_only(est):
     return est.kernel == "linear"
 
 
-class LDM(_ProblemwiseFit, BaseMarginClassifier):
+class LDM(BaseMarginClassifier):
     """Large margin Distribution Machine.
 
     Minimises (paper Eq. 5, soft margin)

@@ -6,7 +6,6 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
-from joblib import Parallel, delayed
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -251,37 +250,13 @@ class MarginPursuit(BaseMarginClassifier):
         return sgd_init(d, scale=self._initial_scale(total_weight), margin=self.margin, lam=self.lam,
                         influence=self.influence, average=self.average, seed=seed)
 
-    def _warm_states(self, n_features, problems):
-        n_problems = len(problems)
-        states = getattr(self, "_states_", None)
-        if (not self.warm_start or states is None or len(states) != n_problems
-                or getattr(self, "_states_solver_", None) != self.solver
-                or getattr(self, "_states_problems_", None) != [cls for _, _, cls in problems]):
-            return [None] * n_problems
-        if any(s is not None and s["w"].shape[0] != n_features for s in states):
-            return [None] * n_problems
-        return list(states)
+    def _warm_key(self, X, kernel, problems):
+        # a previous state is a valid start for data with the same features, any number of rows
+        return (X.shape[1], self.solver, [cls for _, _, cls in problems])
 
     # ------------------------------------------------------------------ fit
-    def _fit_problems(self, X, y_index, sw, spec, problems):
-        seeds = check_random_state(self.random_state).randint(np.iinfo(np.int32).max, size=len(problems))
-        warm = self._warm_states(X.shape[1], problems)
-        self._states_problems_ = [cls for _, _, cls in problems]
-
-        def one(p, rows, y_pm):
-            if rows is None:
-                return self._fit_one(X, y_pm, sw, int(seeds[p]), warm[p])
-            return self._fit_one(X[rows], y_pm, sw[rows], int(seeds[p]), warm[p])
-
-        if len(problems) == 1 or self.n_jobs in (None, 1):
-            return [one(p, rows, y_pm) for p, (rows, y_pm, _) in enumerate(problems)]
-        return Parallel(n_jobs=self.n_jobs)(
-            delayed(one)(p, rows, y_pm) for p, (rows, y_pm, _) in enumerate(problems)
-        )
-
-    def _fit_binary(self, X, y, sample_weight, kernel):
-        seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        return self._fit_one(X, y, sample_weight, seed, None)
+    def _solve(self, X, y, sample_weight, kernel, warm, shared, seed):
+        return self._fit_one(X, y, sample_weight, seed, warm)
 
     def _fit_one(self, X, y, sw, seed, warm):
         log = get_logger(self.verbose) if self.verbose else None
@@ -303,7 +278,7 @@ class MarginPursuit(BaseMarginClassifier):
             state = {"w": res.w, "b": res.b, "scale": res.scale, "passes": done + res.n_iter,
                      "rescaled": res.rescaled}
             return BinaryModel(coef=res.w.copy(), intercept=res.b, n_iter=res.n_iter,
-                               extra={"state": state, "scale": res.scale, "history": res.history})
+                               extra={"warm": state, "scale": res.scale, "history": res.history})
         state = warm["sgd"] if warm is not None else self._new_sgd_state(X.shape[1], W, seed)
         kw = self._solver_kw()
         run, converged = sgd_passes(X, y, sw, state, n_passes=max_iter, batch_size=self.batch_size,
@@ -319,12 +294,10 @@ class MarginPursuit(BaseMarginClassifier):
         w, b = sgd_coef(state, self.average)
         wrapped = {"w": state.w, "sgd": state, "scale": state.scale}
         return BinaryModel(coef=w, intercept=b, n_iter=n_iter,
-                           extra={"state": wrapped, "scale": state.scale,
+                           extra={"warm": wrapped, "scale": state.scale,
                                   "history": np.asarray(state.history)})
 
     def _set_extra(self, extras):
-        self._states_ = [e.get("state") for e in extras]
-        self._states_solver_ = self.solver
         scales = np.array([e.get("scale", np.nan) for e in extras], dtype=np.float64)
         hist = [e.get("history", np.empty(0)) for e in extras]
         if len(extras) == 1:
@@ -372,11 +345,14 @@ class MarginPursuit(BaseMarginClassifier):
             X, y_index, sw = X[keep], y_index[keep], sw[keep]
         problems = self._binary_problems(y_index, self.classes_.size)
         P = len(problems)
-        states = getattr(self, "_states_", None)
-        if first or states is None or len(states) != P or self._states_solver_ != "sgd":
+        key = self._warm_key(X, None, problems)
+        prev = getattr(self, "_warm_state", None)
+        if first or prev is None or prev["key"] != key:
             states = [None] * P
             self._pf_seeds_ = check_random_state(self.random_state).randint(
                 np.iinfo(np.int32).max, size=P)
+        else:
+            states = prev["states"]
         log = get_logger(self.verbose) if self.verbose else None
         models = []
         for p, (rows, y_pm, _) in enumerate(problems):
@@ -389,9 +365,10 @@ class MarginPursuit(BaseMarginClassifier):
                            average=self.average, tol=None, log=log, **self._solver_kw())
             if st is None:  # a one-vs-one pair not seen yet
                 models.append(BinaryModel(coef=np.zeros(X.shape[1]), intercept=0.0, n_iter=0,
-                                          extra={"state": None, "scale": np.nan}))
+                                          extra={"warm": None, "scale": np.nan}))
             else:
                 models.append(self._sgd_model(st, 1))
+        self._warm_state = {"key": key, "states": [m.extra.pop("warm", None) for m in models]}
         self.shape_fit_ = X.shape
         self._assemble(X, models, problems, None, None)
         return self

@@ -6,67 +6,12 @@ from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
-from joblib import Parallel, delayed
-from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._base import BaseMarginClassifier, BinaryModel, _take_rows, get_logger
+from .._base import BaseMarginClassifier, BinaryModel, get_logger
 from .._params import CACHE_SIZE, KERNEL_PARAMS, MULTICLASS_PARAMS, POSITIVE, RANDOM_STATE, VERBOSE
 from ..kernels import KernelRowCache, cache_dtype
 from ..solvers.odm import odm_dcd_kernel, odm_dcd_linear, odm_newton, odm_svrg
-
-
-class _ProblemwiseFit:
-    """Fits the binary sub-problems with their index, a warm-start state and a shared set-up.
-
-    Subclasses implement ``_solve(X, y, sample_weight, kernel, warm, shared, seed) ->
-    BinaryModel`` (the model's ``extra["warm"]`` is kept for the next ``warm_start`` fit) and
-    may implement ``_shared_setup(X, sample_weight, kernel)`` for work that one-vs-rest
-    sub-problems (same rows, different labels) can share.
-    """
-
-    def _fit_binary(self, X, y, sample_weight, kernel):
-        return self._solve(X, y, sample_weight, kernel, None, None, 0)
-
-    def _shared_setup(self, X, sample_weight, kernel):
-        return None
-
-    def _warm_key(self, kernel):
-        return (None if kernel is None else kernel.kind,)
-
-    def _fit_problems(self, X, y_index, sw, spec, problems):
-        pairwise = self._pairwise()
-        prev = getattr(self, "_warm_state", None) if self.warm_start else None
-        key = self._warm_key(spec)
-        if prev is not None and (prev["n_problems"] != len(problems) or prev["shape"] != X.shape
-                                 or prev["key"] != key):
-            prev = None
-        seeds = check_random_state(self.random_state).randint(0, 2**31 - 1, size=len(problems))
-        sequential = len(problems) == 1 or self.n_jobs in (None, 1)
-        shared = None
-        if sequential and len(problems) > 1 and all(rows is None for rows, _, _ in problems):
-            shared = self._shared_setup(X, sw, spec)
-
-        def one(k, rows, y_pm):
-            warm = None if prev is None else prev["states"][k]
-            if rows is None:
-                return self._solve(X, y_pm, sw, spec, warm, shared, int(seeds[k]))
-            return self._solve(_take_rows(X, rows, pairwise), y_pm, sw[rows], spec, warm, None,
-                               int(seeds[k]))
-
-        if sequential:
-            models = [one(k, rows, y_pm) for k, (rows, y_pm, _) in enumerate(problems)]
-        else:
-            models = Parallel(n_jobs=self.n_jobs)(
-                delayed(one)(k, rows, y_pm) for k, (rows, y_pm, _) in enumerate(problems)
-            )
-        self._warm_state = {
-            "n_problems": len(problems),
-            "shape": X.shape,
-            "key": key,
-            "states": [m.extra.pop("warm", None) for m in models],
-        }
-        return models
 
 
 def _fit_length(a, n):
@@ -82,7 +27,7 @@ def _fit_length(a, n):
     return None
 
 
-class ODM(_ProblemwiseFit, BaseMarginClassifier):
+class ODM(BaseMarginClassifier):
     """Optimal margin Distribution Machine.
 
     Minimises, in the convention of the reference package LIBODM (so the same ``lam`` gives
