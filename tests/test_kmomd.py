@@ -321,6 +321,26 @@ def test_waterfill_is_the_simplex_minimiser():
     np.testing.assert_allclose(g, res.x, atol=1e-7)
 
 
+def test_waterfill_and_linear_fit_at_huge_feature_scale():
+    # |t| ~ 1e150: the water level must still put weight on the smallest t (no empty active set)
+    t = np.array([3e150, 1e150, 2e150])
+    g = _waterfill(t, np.ones(3), 0.1)
+    np.testing.assert_allclose(g, [0.0, 1.0, 0.0])
+    X, y = _data(m=50, seed=31)
+    lam = 0.3
+    for s in (10.0, 1e3):
+        # on s X the objective is s^2 times that on X with lam' / (1 - lam') = lam / ((1 - lam) s^2)
+        r = lam / ((1 - lam) * s * s)
+        big = KMOMD(kernel="linear", lam=lam, tol=1e-10).fit(X * s, y)
+        ref = KMOMD(kernel="linear", lam=r / (1 + r), tol=1e-10).fit(X, y)
+        np.testing.assert_allclose(big.decision_function(X * s), ref.decision_function(X) * s * s,
+                                   rtol=1e-5, atol=1e-8 * s * s)
+    with warnings.catch_warnings():  # at this scale the problem is the (infeasible) hard margin one
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        big = KMOMD(kernel="linear", lam=lam).fit(X * 1e100, y)
+    assert np.isfinite(big.coef_).all() and np.isfinite(big.decision_function(X * 1e100)).all()
+
+
 def test_linear_dual_gradient_and_strong_duality():
     X, y = _data(m=40, d=4, seed=26)
     order = np.argsort(-y, kind="stable")
@@ -473,7 +493,11 @@ def test_clone_and_grid_search_with_paper_names():
 
     X, y = _data(m=60, seed=25)
     gs = GridSearchCV(KMOMD(), {"lam": [0.01, 0.5], "gamma": [0.1, 1.0]}, cv=3).fit(X, y)
-    assert gs.best_params_["lam"] in (0.01, 0.5)
+    scores = gs.cv_results_["mean_test_score"]
+    assert scores.shape == (4,) and np.isfinite(scores).all()
+    refit = KMOMD(**gs.best_params_).fit(X, y)  # the refitted best model is that of its parameters
+    np.testing.assert_allclose(gs.best_estimator_.decision_function(X), refit.decision_function(X))
+    assert gs.best_estimator_.lam == gs.best_params_["lam"]
 
 
 def test_real_data_accuracy_close_to_svc():

@@ -744,10 +744,14 @@ def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-
 
 def _waterfill(t, w, lam):
     """argmin over the simplex of sum_i t_i g_i + lam g_i^2 / w_i: g_i = w_i (mu - t_i)_+ / (2 lam)."""
+    # shifting t by a constant leaves the minimiser on the simplex unchanged; relative to min(t)
+    # the first candidate keeps mu - t_min = 2 lam / w > 0 even when |t| is huge
+    t = t - t.min()
     order = np.argsort(t, kind="stable")
     ts, ws = t[order], w[order]
     mu = (2.0 * lam + np.cumsum(ws * ts)) / np.cumsum(ws)
-    k = np.flatnonzero(mu > ts)[-1]  # the active prefix of the sorted t (k = 0 always qualifies)
+    active = np.flatnonzero(mu > ts)  # the active prefix of the sorted t (k = 0 always qualifies)
+    k = active[-1] if active.size else 0
     return np.maximum(w * (mu[k] - t), 0.0) / (2.0 * lam)
 
 
