@@ -32,7 +32,6 @@ The drivers minimise F / sum_i s_i (same minimiser; tolerances become independen
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,7 +39,8 @@ import scipy.sparse as sp
 from numba import njit
 from scipy.optimize import minimize
 from scipy.special import softmax
-from threadpoolctl import ThreadpoolController
+
+from ._threads import single_scipy_blas_thread
 
 
 __all__ = [
@@ -242,27 +242,6 @@ def softmax_proba(S):
 
 
 # ---------------------------------------------------------------------------- L-BFGS
-_CONTROLLER = None
-
-
-def _single_threaded_lbfgsb():
-    """Limit the BLAS that scipy ships for its own compiled code to one thread.
-
-    L-BFGS-B's update calls BLAS on vectors of the parameter length; a threaded BLAS spends far
-    more on waking threads than on the work (20x slower steps on a busy two-core machine). Only
-    the copy bundled with scipy's wheels is limited; numpy's BLAS, which does the products with X,
-    keeps its threads. Without such a separate copy this is a no-op.
-    """
-    global _CONTROLLER
-    if _CONTROLLER is None:
-        _CONTROLLER = ThreadpoolController()
-    paths = [info["filepath"] for info in _CONTROLLER.info()
-             if info.get("user_api") == "blas" and "scipy.libs" in info["filepath"].replace("\\", "/")]
-    if not paths:
-        return nullcontext()
-    return _CONTROLLER.select(filepath=paths).limit(limits=1)
-
-
 def _theta0(K, d, fit_intercept, coef_init, intercept_init):
     W = np.zeros((K, d)) if coef_init is None else np.asarray(coef_init, dtype=np.float64).reshape(K, d)
     parts = [W.ravel()]
@@ -296,7 +275,7 @@ def m3svm_lbfgs(X, y_index, sample_weight, n_classes, *, lam, p, delta, eps, los
         return f / scale, g / scale
 
     theta0 = _theta0(K, d, fit_intercept, coef_init, intercept_init)
-    with _single_threaded_lbfgsb():
+    with single_scipy_blas_thread():
         res = minimize(fun, theta0, jac=True, method="L-BFGS-B",
                        options=dict(maxiter=max_iter, gtol=tol, ftol=1e3 * np.finfo(float).eps,
                                     maxcor=20, maxls=40))

@@ -56,6 +56,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
+from contextlib import nullcontext
 
 import numpy as np
 import scipy.linalg as sla
@@ -63,6 +64,7 @@ import scipy.sparse as sp
 from scipy.linalg import blas, lapack
 
 from ..kernels import KernelSpec, kernel_matrix
+from ._threads import single_blas_thread
 from .msvmav_dense import dense_loop, kernel_loop
 
 __all__ = [
@@ -101,8 +103,6 @@ GALERKIN_MAX_COEF = 1e4
 #: Iterations at the end of a run in which an active-set change means "not settled".
 CHANGE_WINDOW = 5
 
-_CONTROLLER = None
-
 #: Problems whose largest dense matrix has at most this order run with one BLAS thread.
 BLAS_SINGLE_THREAD_MAX = 2048
 
@@ -115,27 +115,12 @@ def blas_single_thread(size: int):
     largest dense matrix of the problem. Above :data:`BLAS_SINGLE_THREAD_MAX` the BLAS
     threading is left alone (control it with threadpoolctl around ``fit``).
     """
-    global _CONTROLLER
-    if size > BLAS_SINGLE_THREAD_MAX:
-        return _NullContext()
-    if _CONTROLLER is None:
-        from threadpoolctl import ThreadpoolController
-
-        _CONTROLLER = ThreadpoolController()
-    return _CONTROLLER.limit(limits=1, user_api="blas")
+    return nullcontext() if size > BLAS_SINGLE_THREAD_MAX else single_blas_thread()
 
 
 def _rowwise(v, like):
     """v as a column when ``like`` is 2-D (scales the rows of a matrix)."""
     return v if like.ndim == 1 else v[:, None]
-
-
-class _NullContext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 # --------------------------------------------------------------------------------------
