@@ -91,6 +91,18 @@ def test_row_cache_matches_gram(X, kind, sparse):
     assert cache.hits >= 2  # the repeated 0 right after 2 and the final 2
 
 
+def test_row_cache_keeps_64_bit_csr_indices(X):
+    # scipy switches to int64 indices when nnz or the shape exceed int32; they must not be narrowed
+    spec = resolve_kernel("rbf", X, gamma=0.3)
+    Xs = sp.csr_matrix(X)
+    Xs.indices, Xs.indptr = Xs.indices.astype(np.int64), Xs.indptr.astype(np.int64)
+    cache = KernelRowCache(spec, Xs)
+    assert cache.state[9].dtype == np.int64 and cache.state[10].dtype == np.int64
+    K = kernel_matrix(spec, X)
+    for i in (0, 7, 36):
+        np.testing.assert_allclose(cache.row(i), K[i], rtol=1e-12, atol=1e-14)
+
+
 def test_row_cache_lru_eviction_order(X):
     spec = resolve_kernel("linear")
     cache = KernelRowCache(spec, X, max_bytes=2 * 8 * X.shape[0])

@@ -512,7 +512,9 @@ class KernelRowCache:
             Xc = sp.csr_matrix(X, dtype=np.float64)
             Xc.sort_indices()
             Xd = np.zeros((0, 0), dtype=np.float64)
-            data, indices, indptr = Xc.data, Xc.indices.astype(np.int32), Xc.indptr.astype(np.int32)
+            # scipy's index dtype: int32, or int64 when nnz or the shape need it (numba compiles both)
+            it = np.int64 if np.int64 in (Xc.indices.dtype, Xc.indptr.dtype) else np.int32
+            data, indices, indptr = Xc.data, Xc.indices.astype(it, copy=False), Xc.indptr.astype(it, copy=False)
             sqn = _row_sq_norms(Xc)
             scratch = np.zeros(Xc.shape[1], dtype=np.float64)
         else:
