@@ -563,17 +563,17 @@ def test_eigendecomposition_cache_reuse_gives_identical_models():
     import margindist.solvers.msvmav as solver
 
     X, y = _scaled("australian", n=200, seed=9)
-    solver._EIG_CACHE.clear()
+    solver.clear_factor_cache()
     kw = dict(kernel="rbf", gamma=0.3, tol=0.0, max_iter=30)
     a = MSVMAv(alpha=2.0, beta=0.5, cache_size=0, **kw).fit(X, y)
-    assert len(solver._EIG_CACHE) == 0
+    assert len(solver._FACTOR_CACHE) == 0
     MSVMAv(alpha=8.0, beta=0.5, **kw).fit(X, y)  # fills the cache
-    assert len(solver._EIG_CACHE) == 1
+    assert len(solver._FACTOR_CACHE) == 1
     b = MSVMAv(alpha=2.0, beta=0.5, **kw).fit(X.copy(), y)  # same content: a cache hit
-    assert len(solver._EIG_CACHE) == 1
+    assert len(solver._FACTOR_CACHE) == 1
     assert np.array_equal(a.dual_coef_, b.dual_coef_)
     MSVMAv(alpha=2.0, beta=0.5, **kw).fit(X, y, sample_weight=np.full(y.size, 2.0))  # new key
-    assert len(solver._EIG_CACHE) == 2
+    assert len(solver._FACTOR_CACHE) == 2
 
 
 # --------------------------------------------------------------------------------------

@@ -25,9 +25,12 @@ class FMM(BaseMarginClassifier):
         g_t = (t/(t+1)) (g_{t-1} + Z^T q_t),  w_{t+1} = w_t + theta (g_t + Z^T q_t),
         q_{t+1} = softmax(-Z w_{t+1})  (log-sum-exp with a max shift).
 
-    This is our reconstruction of the paper's Algorithm 1 (the paper was not readable here):
+    This is a reconstruction of the paper's Algorithm 1 from its stated properties:
     Nesterov-accelerated mirror descent on the dual min_{q in simplex} ||Z^T q||, written in
     the primal; the tests check the ~1/t^2 rate against scikit-learn's hard-margin SVC.
+    There is no ``warm_start``: the momentum schedule (t/(t+1)) and T = ``max_iter`` define the
+    model (on non-separable data it is w_T, not an optimum), so a continued run is another
+    model.
 
     Intercept: with ``fit_intercept=True`` a constant feature 1 is appended and its weight is
     part of w, so FMM maximises the margin of the augmented vector (as the MSVMAv protocol

@@ -159,9 +159,11 @@ class MSVMAv(BaseMarginClassifier):
         Landmarks are drawn uniformly, ignoring sample weights.
     cache_size : float, default=500
         MiB for the cache of the kernel path's factorisations (the inverse of diag(1/s) + K with
-        K, or an eigendecomposition; module-wide, least recently used first out). A refit on
-        the same data, kernel and weights — another (alpha, beta) of a grid search, or the
-        next one-vs-rest sub-problem — reuses the O(m^3) factorisation. 0 disables it.
+        K, or an eigendecomposition; least recently used first out). A refit on the same
+        data, kernel and weights — another (alpha, beta) of a grid search, or the next
+        one-vs-rest sub-problem — reuses the O(m^3) factorisation. The cache is process-wide
+        (clones in a grid search share it) and outlives the estimator: free it with
+        ``margindist.solvers.msvmav.clear_factor_cache()``. 0 disables it.
     class_weight : dict or "balanced", default=None
     multi_class : {"ovr", "ovo"}, default="ovr"
     n_jobs : int, default=None
@@ -199,6 +201,13 @@ class MSVMAv(BaseMarginClassifier):
     in the eigenbasis). A ConvergenceWarning is raised when the active set
     still changed in the last iterations (T is only a cap; for some (alpha, beta) the iteration
     oscillates): raise ``max_iter`` or use ``return_best=True``.
+
+    There is no ``warm_start``: the method is the fixed-point iteration itself, started from
+    the normalised average-margin direction, and its result depends on that start and on T
+    (``max_iter``, tuned in the paper's protocol) rather than being the unique minimiser of an
+    objective; starting from another model's iterate would change the model, not only the
+    cost. What a grid search repeats is shared instead: the kernel factorisation
+    (``cache_size``).
 
     Examples
     --------

@@ -74,6 +74,7 @@ __all__ = [
     "msvmav_kernel",
     "weighted_gram_eig",
     "blas_single_thread",
+    "clear_factor_cache",
     "HISTORY_FIELDS",
 ]
 
@@ -889,14 +890,23 @@ def _kernel_gram(spec: KernelSpec, X, fit_intercept):
     return K
 
 
-#: Eigendecompositions of recent (weighted) Gram matrices, keyed by a hash of the data, the
-#: kernel and the weights: a grid over alpha and beta at one kernel pays the O(m^3) once.
-_EIG_CACHE: OrderedDict = OrderedDict()
-_EIG_LOCK = threading.Lock()
-EIG_CACHE_BYTES = 512 * 2**20
+#: Factorisations (inverse of diag(1/s) + K, or eigendecompositions) of recent weighted Gram
+#: matrices, keyed by a hash of the data, the kernel and the weights: a grid over alpha and beta
+#: at one kernel pays the O(m^3) once. Process-wide (shared by all estimators, so that a grid
+#: search's clones find it); bounded by the ``cache_bytes`` of the latest call; emptied by
+#: :func:`clear_factor_cache`.
+_FACTOR_CACHE: OrderedDict = OrderedDict()
+_FACTOR_LOCK = threading.Lock()
+FACTOR_CACHE_BYTES = 500 * 2**20
 
 
-def _eig_key(spec, X, s, fit_intercept):
+def clear_factor_cache() -> None:
+    """Free the kernel path's cached factorisations."""
+    with _FACTOR_LOCK:
+        _FACTOR_CACHE.clear()
+
+
+def _factor_key(spec, X, s, fit_intercept):
     if spec.kind == "callable":
         return None
     h = hashlib.blake2b(digest_size=16)
@@ -916,27 +926,27 @@ def _eig_key(spec, X, s, fit_intercept):
 
 def _cached(tag, spec, X, s, fit_intercept, nbytes, cache_bytes, compute):
     """compute() (a tuple of arrays), cached under the data, kernel, weights and ``tag``;
-    read-only when cached. ``cache_bytes``: total budget (default :data:`EIG_CACHE_BYTES`,
+    read-only when cached. ``cache_bytes``: total budget (default :data:`FACTOR_CACHE_BYTES`,
     0 disables the cache); least recently used entries leave first."""
-    budget = EIG_CACHE_BYTES if cache_bytes is None else int(cache_bytes)
-    key = _eig_key(spec, X, s, fit_intercept) if 0 < nbytes <= budget else None
+    budget = FACTOR_CACHE_BYTES if cache_bytes is None else int(cache_bytes)
+    key = _factor_key(spec, X, s, fit_intercept) if 0 < nbytes <= budget else None
     if key is not None:
         key = f"{tag}:{key}"
-        with _EIG_LOCK:
-            hit = _EIG_CACHE.get(key)
+        with _FACTOR_LOCK:
+            hit = _FACTOR_CACHE.get(key)
             if hit is not None:
-                _EIG_CACHE.move_to_end(key)
+                _FACTOR_CACHE.move_to_end(key)
                 return hit
     value = compute()
     if value is not None:
         for v in value:
             v.flags.writeable = False
     if key is not None and value is not None:
-        with _EIG_LOCK:
-            _EIG_CACHE[key] = value
-            total = sum(sum(8 * a.size for a in v) for v in _EIG_CACHE.values())
-            while total > budget and len(_EIG_CACHE) > 1:
-                _, old = _EIG_CACHE.popitem(last=False)
+        with _FACTOR_LOCK:
+            _FACTOR_CACHE[key] = value
+            total = sum(sum(8 * a.size for a in v) for v in _FACTOR_CACHE.values())
+            while total > budget and len(_FACTOR_CACHE) > 1:
+                _, old = _FACTOR_CACHE.popitem(last=False)
                 total -= sum(8 * a.size for a in old)
     return value
 
