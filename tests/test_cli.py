@@ -150,3 +150,13 @@ def test_progress_off_when_not_a_tty(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "\r" not in res.stderr and "3/3 tasks (100%)" in res.stderr
     assert "| dataset | mamc (ref) |" in res.stdout  # the table goes to stdout, progress to stderr
+
+
+def test_closed_pipe_is_not_an_error():
+    # `margindist datasets | head -1`: the reader closes the pipe before the listing is written
+    code = "import sys; from margindist.cli import main; sys.exit(main(['datasets']))"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0
+    assert "BrokenPipeError" not in err and "Traceback" not in err

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -438,6 +439,10 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         _err("interrupted.")
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader went away (`margindist datasets | head`): not an error
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout at exit
+        return 0
     except Exception as exc:  # noqa: BLE001 - a clean message and exit code 1 for scripts
         _err(f"{type(exc).__name__}: {exc}")
         return EXIT_FAILURE
