@@ -651,21 +651,7 @@ def _sgd_pass(X, data, indices, indptr, sparse, ym, order, v, P, st, margin, sca
             a = 1.0
         t += 1.0
         start = stop
-    # materialise w = a v and the averaged sum P + Q v
-    if do_avg:
-        for j in range(v.shape[0]):
-            P[j] += Q * v[j]
-        Pb += Q * bv
-    ns = 0.0
-    for j in range(v.shape[0]):
-        v[j] *= a
-        ns += v[j] * v[j]
-    bv *= a
-    st[0] = t
-    st[1] = bv
-    st[2] = ns + bv * bv
-    st[3] = Pb
-    st[4] = count
+    _pass_finish(v, P, st, t, a, bv, Q, Pb, count, do_avg)
     return obj
 
 
