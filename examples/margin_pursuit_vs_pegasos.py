@@ -1,6 +1,6 @@
 """Margin pursuit vs Pegasos: test error and margin distribution against the number of gradients.
 
-Reproduces the margin-pursuit protocol (Holland, AISTATS 2019; ``specs/protocols.md``) on data
+Reproduces the paper's protocol (Holland, AISTATS 2019; see ``docs/experiments.md``) on data
 available offline. The paper's own datasets (covertype, MNIST, protein, SIDO) are not, so:
 
 * ``digits``   -- scikit-learn's digits, class 5 vs the rest (d = 64);
@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import warnings
 from pathlib import Path
 
@@ -57,7 +56,6 @@ from margindist.datasets import load_dataset  # noqa: E402
 from margindist.metrics import margin_stats, normalized_margins  # noqa: E402
 from margindist.models.margin_pursuit import MarginPursuit  # noqa: E402
 
-os.environ.setdefault("MARGINDIST_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "datasets"))
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("Pegasos", "MP", "MP+rescale")
 STATS = ("mean", "std", "q0.05", "q0.5", "q0.95")

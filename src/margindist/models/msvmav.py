@@ -48,7 +48,7 @@ class MSVMAv(BaseMarginClassifier):
     the other coordinates, ``intercept_`` its weight). The paper scales features to [0, 1];
     do that yourself (e.g. ``MinMaxScaler``).
 
-    Corrections and decisions (see the project's spec of the method):
+    Corrections of the paper and decisions:
 
     * Eq. 8 (adding x x^T / (n beta) to M^{-1} when i enters A) is printed as
       M + M x x^T M / (x^T M x + n beta); Sherman-Morrison gives M - M x x^T M / (x^T M x + n beta)
@@ -104,7 +104,7 @@ class MSVMAv(BaseMarginClassifier):
         Append the constant-1 feature (the paper's bias, inside the norm). For kernels this is
         the kernel k + 1 with intercept_ = sum_j a_j, so that ``kernel="linear"`` is the same
         model through either path; the paper's kernel model has no bias (use False for it;
-        the spec's prototype found no consistent accuracy difference).
+        an independent reference implementation found no consistent accuracy difference).
     update : {"auto", "sherman-morrison", "batched", "cg"}, default="auto"
         How M_k (the inverse of the semi-variance system, order d, or m for kernels) follows
         the changes of A_k:
