@@ -1,14 +1,16 @@
 """Copy the KEEL-derived CSVs of a data directory into the package, gzip-compressed.
 
-Usage: python scripts/bundle_datasets.py ../shared/datasets
+Usage: python scripts/bundle_datasets.py DATA_DIR
+
+DATA_DIR holds the CSV files and their manifest.json.
 
 The three files that come from the M3SVM authors' code (glass, dermatology, cornell) are
 never bundled: they are read from a data directory only.
 """
 
+import argparse
 import gzip
 import json
-import sys
 from pathlib import Path
 
 NOT_BUNDLED = {"glass", "dermatology", "cornell"}
@@ -33,4 +35,6 @@ def main(src: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "../shared/datasets")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("data_dir", metavar="DATA_DIR", help="directory with the CSV files and their manifest.json")
+    main(ap.parse_args().data_dir)
