@@ -47,7 +47,6 @@ from margindist.datasets import load_dataset
 from margindist.models.margin_pursuit import MarginPursuit
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_margin_pursuit.md"
-os.environ.setdefault("MARGINDIST_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "datasets"))
 
 
 def dense_problem(n, d, seed=0, n_test=10000):
