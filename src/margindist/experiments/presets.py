@@ -285,7 +285,7 @@ def _m3svm(quick: bool) -> Experiment:
         p, C = tuple(range(1, 9)), pow2(-10, 10, 2)
     methods = [
         MethodRun("m3svm", "M3SVM", "linear", {"p": p, "lam": lam}),
-        MethodRun("m3svm", "ISM3 (softmax)", "linear", {"p": p, "lam": lam}, {"loss": "softmax"},
+        MethodRun("m3svm", "ISM3", "linear", {"p": p, "lam": lam}, {"loss": "softmax"},
                   note="M3SVM's regulariser with the cross-entropy loss (ISM3)"),
         MethodRun("ovr", "OvR", "linear", {"C": C}),
         MethodRun("ovo", "OvO", "linear", {"C": C}),
@@ -314,7 +314,7 @@ def _m3svm(quick: bool) -> Experiment:
             "in the lam of the paper's Eq. 25 (margindist's M3SVM) it is 1.6 K times that (K classes; the code "
             "averages the data term over n_train K and divides the pairwise sum over ordered pairs by all n).",
             "Weston-Watkins is M3SVM with p = 2; top-k SVM and sparse multinomial LR are not implemented.",
-            "ISM3 (softmax) is M3SVM's pairwise regulariser with the cross-entropy loss (loss='softmax').",
+            "ISM3 is M3SVM's pairwise regulariser with the cross-entropy loss (loss='softmax').",
             "iris, wine, digits, segment and satimage are not in the paper's table; they are run beside it.",
             "glass, dermatology and cornell are read from the data directory only (--data-dir or "
             "MARGINDIST_DATA); without it they are skipped.",
