@@ -36,7 +36,6 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GridSearchCV, train_test_split
 from sklearn.preprocessing import MinMaxScaler
@@ -46,6 +45,8 @@ from threadpoolctl import threadpool_limits
 import margindist.solvers.msvmav as msvmav_solver
 from margindist.datasets import load_dataset
 from margindist.models.msvmav import MSVMAv
+
+from _synthetic import dense_linear, sparse_linear  # noqa: E402 (benchmarks/ is on sys.path)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_msvmav.md"
 
@@ -68,30 +69,6 @@ def magic(m=None, seed=0, n_test=None):
         X_te, y_te = X_te[:n_test], y_te[:n_test]
     sc = MinMaxScaler().fit(X_tr)
     return sc.transform(X_tr), y_tr, np.clip(sc.transform(X_te), 0, 1), y_te
-
-
-def dense_linear(m, d, seed=0, n_test=20000):
-    rng = np.random.default_rng(seed)
-    w = rng.normal(size=d)
-    X = rng.random((m + n_test, d))
-    f = (X - 0.5) @ w
-    y = (f + 0.3 * f.std() * rng.normal(size=f.shape[0]) > 0).astype(int)
-    return X[:m], y[:m], X[m:], y[m:]
-
-
-def sparse_linear(m, d, per_row, seed=0, n_test=20000):
-    rng = np.random.default_rng(seed)
-    n = m + n_test
-    counts = np.maximum(rng.poisson(per_row, size=n), 1)
-    indptr = np.concatenate([[0], np.cumsum(counts)])
-    indices = rng.integers(0, d, size=indptr[-1])
-    X = sp.csr_matrix((rng.random(indptr[-1]), indices, indptr), shape=(n, d))
-    X.sum_duplicates()
-    w = rng.normal(size=d)
-    f = X @ w
-    f = f - np.median(f)
-    y = (f + 0.3 * f.std() * rng.normal(size=f.shape[0]) > 0).astype(int)
-    return X[:m], y[:m], X[m:], y[m:]
 
 
 # ----------------------------------------------------------------------------- timing

@@ -40,34 +40,12 @@ from threadpoolctl import threadpool_limits
 from margindist.models.ldm import LDM
 from margindist.models.odm import ODM
 
+from _synthetic import dense_linear, sparse_linear  # noqa: E402 (benchmarks/ is on sys.path)
+
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_odm_ldm.md"
 
 
 # ----------------------------------------------------------------------------- data
-
-
-def dense_linear(m, d, seed=0, n_test=20000):
-    rng = np.random.default_rng(seed)
-    w = rng.normal(size=d)
-    X = rng.random((m + n_test, d))
-    f = (X - 0.5) @ w
-    y = (f + 0.3 * f.std() * rng.normal(size=f.shape[0]) > 0).astype(int)
-    return X[:m], y[:m], X[m:], y[m:]
-
-
-def sparse_linear(m, d, density, seed=0, n_test=20000):
-    rng = np.random.default_rng(seed)
-    n = m + n_test
-    per_row = np.maximum(rng.poisson(density * d, size=n), 1)
-    indptr = np.concatenate([[0], np.cumsum(per_row)])
-    indices = rng.integers(0, d, size=indptr[-1])
-    X = sp.csr_matrix((rng.random(indptr[-1]), indices, indptr), shape=(n, d))
-    X.sum_duplicates()
-    w = rng.normal(size=d)
-    f = X @ w
-    f = f - np.median(f)
-    y = (f + 0.3 * f.std() * rng.normal(size=f.shape[0]) > 0).astype(int)
-    return X[:m], y[:m], X[m:], y[m:]
 
 
 def nonlinear(m, seed=0, n_test=5000):
@@ -184,7 +162,7 @@ def main(argv=None):
             ], data, repeats)
         if "sparse" in only:
             m, d, dens = sizes["sparse"]
-            data = sparse_linear(m, d, dens)
+            data = sparse_linear(m, d, dens * d)
             task = f"sparse {m}x{d} ({100 * dens:g}% nnz)"
             run_task(rows, task, "LinearSVC", LinearSVC, [
                 ("ODM dcd (lam=1)", lambda: ODM(solver="dcd", random_state=0)),
@@ -196,7 +174,7 @@ def main(argv=None):
             m, d = sizes["dense"]
             run_asgd_epochs(rows, f"dense {m}x{d}", dense_linear(m, d), repeats)
             m, d, dens = sizes["sparse"]
-            run_asgd_epochs(rows, f"sparse {m}x{d} ({100 * dens:g}% nnz)", sparse_linear(m, d, dens), repeats)
+            run_asgd_epochs(rows, f"sparse {m}x{d} ({100 * dens:g}% nnz)", sparse_linear(m, d, dens * d), repeats)
         if "rbf" in only:
             t_small = None
             for m in sizes["rbf"]:
