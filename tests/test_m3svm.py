@@ -26,6 +26,8 @@ from margindist.solvers.m3svm import (
     pairwise_penalty,
 )
 
+from _numdiff import central_diff
+
 
 @pytest.fixture(autouse=True, scope="module")
 def _single_torch_thread():
@@ -48,15 +50,6 @@ def _single_torch_thread():
 def iris():
     X, y = load_iris(return_X_y=True)
     return StandardScaler().fit_transform(X), y
-
-
-def central_diff(f, x, h=1e-6):
-    g = np.empty_like(x)
-    for j in range(x.size):
-        e = np.zeros_like(x)
-        e[j] = h
-        g[j] = (f(x + e) - f(x - e)) / (2 * h)
-    return g
 
 
 def naive_penalty(W, p):
