@@ -178,7 +178,7 @@ def _ldm(kernel: str, quick: bool) -> Experiment:
                   note="ASGD solver (5 epochs) on the large sets" if large else ""),
         MethodRun("svm", "SVM", kernel, {**kg, "C": C}),
         MethodRun("kmomd", "KM-OMD", kernel, {**kg, "lam": kmomd_lam},
-                  exclude={d.name: "not run on the large sets (as in the paper)" for d in large},
+                  exclude={d.name: "not run on the large sets, as in the paper" for d in large},
                   note="lam = 1/(1 + C) for C in the paper's grid"),
         MethodRun("odm", "ODM", kernel, {**kg, **odm},
                   note="LDM's successor (not in the LDM paper's table); our grid"),
