@@ -92,8 +92,9 @@ def main():
     print(f"{'loss':<28} {'train acc':>10} {'test acc':>16} {'min 2/||w_k-w_l||':>18}")
     for name in dict.fromkeys(r[0] for r in rows):
         r = np.array([x[2:] for x in rows if x[0] == name])
-        se = r[:, 1].std(ddof=1) / np.sqrt(len(r)) if len(r) > 1 else float("nan")
-        print(f"{name:<28} {r[:, 0].mean():>10.4f} {r[:, 1].mean():>9.4f} ± {se:.4f} {r[:, 2].mean():>18.4f}")
+        # the standard error over seeds (none for a single seed)
+        se = f"± {r[:, 1].std(ddof=1) / np.sqrt(len(r)):.4f}" if len(r) > 1 else " " * 8
+        print(f"{name:<28} {r[:, 0].mean():>10.4f} {r[:, 1].mean():>9.4f} {se} {r[:, 2].mean():>18.4f}")
 
 
 if __name__ == "__main__":
