@@ -246,15 +246,13 @@ class KMOMD(BaseMarginClassifier):
         return "dual"
 
     def _solve(self, X, y, sample_weight, kernel, warm, shared, seed):
-        init = warm
         log = get_logger(self.verbose)
         m = X.shape[0]
+        init = warm if warm is not None and warm.shape == (m,) else None  # the previous gamma
         lam = float(self.lam)
         max_iter = self.max_iter if self.max_iter is not None else max(10_000_000, 100 * m)
         history_every = max(1, m)
         solver = self._resolve_solver(kernel)
-        if init is not None and init.shape != (m,):
-            init = None
         if lam == 1.0 and not kernel.is_linear:
             res = kmomd_centroid(kernel, X, y, sample_weight)
         elif solver in ("primal", "lbfgs"):

@@ -86,11 +86,11 @@ class LDM(BaseMarginClassifier):
           row read per step. Gives :meth:`partial_fit`.
         * ``"auto"``: kernel -> ``"dcd"``; linear -> ``"dcd"`` (exact) if X is dense,
           n_samples <= 50000, n_features <= 2000 and its dense working arrays (about three of
-          m x (d + 1)) take at most 1 GiB, else ``"asgd"``; sparse X -> ``"asgd"``, which keeps
-          it sparse (the DCD path works on the transformed data Z, dense by nature, so an
-          explicit ``solver="dcd"`` on sparse X builds that dense Z) (the
-          paper's large-scale solver; in the benchmarks it matched the DCD solution's test
-          accuracy at 100k samples in a fraction of the time).
+          m x (d + 1)) take at most 1 GiB, else ``"asgd"`` (the paper's large-scale solver; in
+          the benchmarks it matched the DCD solution's test accuracy at 100k samples in a
+          fraction of the time). Sparse X -> ``"asgd"``, which keeps it sparse: the DCD path
+          works on the transformed data Z, dense by nature, so an explicit ``solver="dcd"``
+          on sparse X builds that dense Z.
     tol : float, default=1e-2
         DCD stops when the spread of the projected dual gradient is below tol (margin units).
         The L1-type dual converges slowly (LIBLINEAR's hinge solver also needs thousands of

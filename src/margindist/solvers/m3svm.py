@@ -231,11 +231,6 @@ def m3svm_objective(theta, X, y_index, sample_weight, n_classes, *, lam, p, delt
     return val, np.concatenate(grad)
 
 
-def predict_scores(X, coef, intercept):
-    """Class scores X W^T + b (n, K) in float64."""
-    return _scores(X, np.asarray(coef, dtype=np.float64), np.asarray(intercept, dtype=np.float64))
-
-
 def softmax_proba(S):
     """Row-wise softmax of the scores."""
     return softmax(S, axis=1)
