@@ -37,9 +37,16 @@ from joblib import Parallel, delayed
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.class_weight import compute_class_weight
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
+from ._validation import (
+    canonical_csr,
+    check_class_totals,
+    check_class_weight,
+    check_labels,
+    warn_degenerate,
+    warn_feature_scale,
+)
 from .kernels import KernelSpec, kernel_decision, resolve_kernel, rkhs_norm_sq
 from .metrics import multiclass_margins
 
@@ -132,14 +139,18 @@ def combined_sample_weight(sample_weight, class_weight, X, y, classes) -> np.nda
     """sample_weight (default ones) times the class weights of ``class_weight``.
 
     ``class_weight`` is None, ``"balanced"`` (n / (K * count_k)) or a dict label -> weight,
-    as in scikit-learn. Negative weights and all-zero weights raise ValueError.
+    as in scikit-learn. Negative, zero or non-finite class weights, negative or non-finite
+    sample weights and all-zero weights raise ValueError.
     """
+    check_class_weight(class_weight, classes)
     sw = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
+    if not np.all(np.isfinite(sw)):
+        raise ValueError("sample_weight contains NaN or infinity.")
     if class_weight is not None:
         cw = compute_class_weight(class_weight, classes=classes, y=y)
         sw = sw * cw[np.searchsorted(classes, y)]
     if not np.all(np.isfinite(sw)):
-        raise ValueError("sample_weight contains NaN or infinity.")
+        raise ValueError("sample_weight times class_weight overflows to infinity.")
     if sw.sum() <= 0:
         raise ValueError("The sample weights (times class weights) sum to zero: nothing to fit.")
     return sw
@@ -227,13 +238,27 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ validation
     def _validate_X(self, X, reset: bool):
-        return validate_data(
+        X = validate_data(
             self,
             X,
             reset=reset,
             accept_sparse="csr" if self._accepts_sparse() else False,
             dtype=[np.float64, np.float32],
         )
+        return canonical_csr(X)
+
+    def _validate_Xy(self, X, y, reset: bool = True):
+        """X (dense or canonical CSR, float64/float32) and y checked for a fit or partial_fit."""
+        X, y = validate_data(
+            self,
+            X,
+            y,
+            reset=reset,
+            accept_sparse="csr" if self._accepts_sparse() else False,
+            dtype=[np.float64, np.float32],
+        )
+        check_labels(y)
+        return canonical_csr(X), y
 
     def _check_pairwise_shape(self, X, fit: bool):
         if not self._pairwise():
@@ -269,14 +294,7 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         self
         """
         self._validate_params()
-        X, y = validate_data(
-            self,
-            X,
-            y,
-            accept_sparse="csr" if self._accepts_sparse() else False,
-            dtype=[np.float64, np.float32],
-        )
-        check_classification_targets(y)
+        X, y = self._validate_Xy(X, y)
         self._check_pairwise_shape(X, fit=True)
         classes, y_index = np.unique(y, return_inverse=True)
         if classes.size < 2:
@@ -285,34 +303,100 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
                 f"got only one class: {classes[0]!r}."
             )
         sw = combined_sample_weight(sample_weight, getattr(self, "class_weight", None), X, y, classes)
+        check_class_totals(sw, y_index, classes)
         self.classes_ = classes
         self.shape_fit_ = X.shape
 
         keep = np.flatnonzero(sw > 0)
         if keep.size < X.shape[0]:
             X_fit, y_fit, sw_fit = _take_rows(X, keep, self._pairwise()), y_index[keep], sw[keep]
-            if np.unique(y_fit).size < 2:
-                raise ValueError("After removing samples of weight 0, only one class is left.")
         else:
             keep, X_fit, y_fit, sw_fit = None, X, y_index, sw
         spec = self._kernel_spec(X_fit, sw_fit)
-        K = classes.size
+        scale_problem = self._warn_scale(X_fit, spec)
         if self._native_multiclass:
-            coef, intercept, n_iter, extra = self._fit_multiclass(X_fit, y_fit, sw_fit, spec)
-            self._drop_attributes(_KERNEL_ATTRIBUTES)
-            self.coef_ = np.asarray(coef)
-            self.intercept_ = np.asarray(intercept, dtype=self.coef_.dtype)
-            _check_finite_model(self, self.coef_, self.intercept_)
-            self.n_iter_ = n_iter
-            self._set_extra([extra])
-            self._kernel_fit_ = None
-            self.problems_ = "native"
-            return self
-
-        problems = self._binary_problems(y_fit, K)
-        models = self._fit_problems(X_fit, y_fit, sw_fit, spec, problems)
-        self._assemble(X_fit, models, problems, spec, keep)
+            self._fit_native(X_fit, y_fit, sw_fit, spec)
+        else:
+            problems = self._binary_problems(y_fit, classes.size)
+            models = self._fit_problems(X_fit, y_fit, sw_fit, spec, problems)
+            self._assemble(X_fit, models, problems, spec, keep)
+        self._check_useful(X, y_index, sw, scale_problem)
         return self
+
+    def _fit_native(self, X, y_index, sw, spec):
+        """Fit and store a native multi-class model (one weight vector per class)."""
+        coef, intercept, n_iter, extra = self._fit_multiclass(X, y_index, sw, spec)
+        self._drop_attributes(_KERNEL_ATTRIBUTES)
+        self.coef_ = np.asarray(coef)
+        self.intercept_ = np.asarray(intercept, dtype=self.coef_.dtype)
+        _check_finite_model(self, self.coef_, self.intercept_)
+        self.n_iter_ = n_iter
+        self._set_extra([extra])
+        self._kernel_fit_ = None
+        self.problems_ = "native"
+
+    def _warn_scale(self, X, spec):
+        """Warn when the features are on an extreme scale for this model; returns the problem.
+
+        A precomputed or callable kernel sees no features. With ``gamma="scale"`` the RBF,
+        polynomial and sigmoid kernels adapt to the overall scale, so only columns on very
+        different scales are reported.
+        """
+        if spec is not None and spec.kind in ("precomputed", "callable"):
+            return None
+        adapts = spec is not None and not spec.is_linear and getattr(self, "gamma", None) == "scale"
+        return warn_feature_scale(self, X, rows=not adapts)
+
+    def _check_useful(self, X, y_index, sw, scale_problem):
+        """After a fit: ``predict`` gives finite values on (a sample of) the training rows and
+        does not put them all in one class (then a :class:`DegenerateModelWarning` says why)."""
+        rows = np.flatnonzero(sw > 0)
+        rows = rows[np.unique(np.linspace(0, rows.size - 1, min(rows.size, 512)).astype(np.intp))]
+        D = self._raw_decision(X[rows])
+        if not np.all(np.isfinite(D)):
+            raise FloatingPointError(
+                f"{type(self).__name__} gives non-finite decision values on its own training data; "
+                "check the kernel (a callable kernel must return finite values) and the feature scale."
+            )
+        predicted = np.unique(self.predict(X[rows]))
+        if predicted.size == 1 and np.unique(y_index[rows]).size > 1:
+            warn_degenerate(self, predicted[0], scale_problem)
+
+    def _partial_fit_data(self, X, y, classes, sample_weight, first: bool):
+        """The checks every ``partial_fit`` starts with; returns (X, y_index, sample_weight)
+        with rows of weight 0 dropped.
+
+        On the ``first`` call the parameters are validated and ``classes`` (all labels that
+        will ever appear) become ``classes_``; later calls must name the same classes or none.
+        ``class_weight="balanced"`` needs the class frequencies of the whole data, which a
+        stream does not have: pass a dict.
+        """
+        name = type(self).__name__
+        if first:
+            self._validate_params()
+            if classes is None:
+                raise ValueError(f"classes must be passed on the first call to {name}.partial_fit.")
+            check_labels(np.asarray(classes))
+            classes = np.unique(np.asarray(classes))
+            if classes.size < 2:
+                raise ValueError(f"{name} needs at least 2 classes; got classes={classes!r}.")
+        elif classes is not None and not np.array_equal(np.unique(classes), self.classes_):
+            raise ValueError(f"classes={classes!r} differs from the classes of the first call {self.classes_!r}.")
+        if isinstance(getattr(self, "class_weight", None), str):
+            raise ValueError("class_weight='balanced' is not supported by partial_fit (the class frequencies "
+                             "of a stream are unknown); compute them over the whole data and pass a dict.")
+        X, y = self._validate_Xy(X, y, reset=first)
+        if first:
+            self.classes_ = classes
+        unknown = ~np.isin(y, self.classes_)
+        if unknown.any():
+            raise ValueError(f"y contains labels not in classes: {np.unique(y[unknown])[:5]!r}.")
+        sw = combined_sample_weight(sample_weight, getattr(self, "class_weight", None), X, y, self.classes_)
+        y_index = np.searchsorted(self.classes_, y)
+        keep = np.flatnonzero(sw > 0)
+        if keep.size < X.shape[0]:
+            X, y_index, sw = X[keep], y_index[keep], sw[keep]
+        return X, y_index, sw
 
     def _binary_problems(self, y_index, K):
         """List of (row indices or None for all rows, y in {-1, +1}, (neg, pos) class indices)."""

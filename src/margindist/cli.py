@@ -125,6 +125,7 @@ def _execute(args, exp, out_dir: Path, strict: bool) -> int:
     from .experiments.registry import UnsupportedError
     from .experiments.reports import legend, markdown_table, skipped_lines
     from .experiments.runner import run_experiment
+    from .experiments.store import StoreError
 
     _check_parallel(args)
     argv = getattr(args, "argv", None) or []
@@ -140,6 +141,9 @@ def _execute(args, exp, out_dir: Path, strict: bool) -> int:
                                  command=command, strict=strict)
     except UnsupportedError as exc:
         raise UsageError(str(exc)) from None
+    except StoreError as exc:
+        _err(str(exc))
+        return EXIT_FAILURE
     finally:
         restore()
     if outcome.interrupted:

@@ -28,6 +28,8 @@ import scipy.sparse as sp
 from numba import njit
 from sklearn.metrics.pairwise import pairwise_kernels
 
+from ._validation import check_callable_kernel_output
+
 KERNELS = ("linear", "rbf", "poly", "sigmoid", "precomputed")
 _KIND_CODE = {"linear": 0, "rbf": 1, "poly": 2, "sigmoid": 3, "precomputed": 4}
 
@@ -145,8 +147,8 @@ def _kernel_block(spec: KernelSpec, X, Z) -> np.ndarray:
     if spec.kind == "precomputed":
         raise ValueError("A precomputed kernel has no block to evaluate: pass the Gram matrix.")
     if spec.kind == "callable":
-        K = spec.func(X, Z, **spec.params)
-    elif spec.kind == "linear":
+        return check_callable_kernel_output(spec.func, spec.func(X, Z, **spec.params), X.shape[0], Z.shape[0])
+    if spec.kind == "linear":
         K = X @ Z.T
     elif spec.kind == "rbf":
         K = pairwise_kernels(X, Z, metric="rbf", gamma=spec.gamma)
@@ -175,6 +177,8 @@ def kernel_matrix(spec: KernelSpec, X, Z=None, *, max_bytes: int = DEFAULT_BLOCK
     step = _chunk_rows(n, m, max_bytes)
     for start in range(0, n, step):
         out[start : start + step] = _kernel_block(spec, X[start : start + step], Z)
+    if spec.kind == "callable" and Z is X:
+        check_callable_kernel_output(spec.func, out, n, n, symmetric=True)
     return out
 
 

@@ -65,8 +65,8 @@ def catoni_psi(u):
     bounded by 2 sqrt(2)/3, 1-Lipschitz (psi'(u) = 1 - u^2/2 in [0, 1] on the cubic part).
     """
     u = np.asarray(u, dtype=np.float64)
-    inside = np.abs(u) <= CATONI_KNOT
-    return np.where(inside, u - u**3 / 6.0, CATONI_BOUND * np.sign(u))
+    a = np.abs(u)  # evaluated on |u| and signed, so that psi is exactly odd in floating point
+    return np.sign(u) * np.where(a <= CATONI_KNOT, a - a * a * a / 6.0, CATONI_BOUND)
 
 
 def catoni_rho(u):
@@ -79,7 +79,7 @@ def catoni_rho(u):
     u = np.asarray(u, dtype=np.float64)
     a = np.abs(u)
     inside = a <= CATONI_KNOT
-    return np.where(inside, u**2 / 2.0 - u**4 / 24.0, CATONI_BOUND * a - 0.5)
+    return np.where(inside, a * a / 2.0 - a**4 / 24.0, CATONI_BOUND * a - 0.5)
 
 
 def _log_wide(a):

@@ -448,7 +448,7 @@ def run_experiment(exp: Experiment, out_dir=None, *, workers: int = 1, scheduler
     if own_store:
         if out_dir is None:
             raise ValueError("give out_dir or store.")
-        store = ResultStore(out_dir / "results.sqlite")
+        store = ResultStore(out_dir / "results.sqlite", recover=force, exclusive=True)
     counters = {"executed": 0}
     interrupted = False
     try:

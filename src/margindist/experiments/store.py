@@ -12,11 +12,18 @@ computes only the rest, so the final numbers are those of an uninterrupted run.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 from pathlib import Path
 
-__all__ = ["ResultStore", "RECORD_FIELDS"]
+from filelock import FileLock, Timeout
+
+__all__ = ["ResultStore", "RECORD_FIELDS", "StoreError"]
+
+
+class StoreError(RuntimeError):
+    """The result store cannot be used; the message names the file and the remedy."""
 
 RECORD_FIELDS = (
     "key", "config", "dataset", "method", "split", "phase", "status", "score",
@@ -55,14 +62,62 @@ class ResultStore:
     path : str or Path
         Database file (created with its directory). Use one store per output directory;
         several experiments may share one (keys differ).
+    recover : bool
+        A damaged database is moved aside (``<name>.damaged-<time>``) and a new one started,
+        instead of raising :class:`StoreError` (``--force`` on the command line).
+    exclusive : bool
+        Hold the store's lock file (``<name>.lock``) while open: a second exclusive opening,
+        e.g. a second run started on the same output directory, raises :class:`StoreError`
+        instead of computing every task twice.
     """
 
-    def __init__(self, path):
+    def __init__(self, path, *, recover: bool = False, exclusive: bool = False):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._con = None
+        self._lock = None
+        #: Where a damaged database was moved by ``recover=True`` (None when nothing was moved).
+        self.recovered_from = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"Cannot create the directory {self.path.parent} for the result store "
+                             f"({exc.strerror or exc}); choose another output directory (--out).") from None
+        if exclusive:
+            self._lock = _acquire(self.path)
+        try:
+            self._open(recover)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, recover: bool) -> None:
+        try:
+            self._connect()
+        except sqlite3.DatabaseError as exc:
+            if self._con is not None:
+                self._con.close()
+                self._con = None
+            if "unable to open" in str(exc):
+                raise StoreError(f"Cannot open or create the result store {self.path} ({exc}): the directory "
+                                 "must be writable and the path must not be a directory; choose another "
+                                 "output directory (--out).") from None
+            if not recover:
+                raise StoreError(f"The result store {self.path} is damaged ({exc}). Run the same command with "
+                                 "--force to move it aside and start afresh (its results are recomputed), or "
+                                 "delete it yourself.") from None
+            self.recovered_from = _move_aside(self.path)
+            logging.getLogger("margindist").warning(
+                "The result store %s was damaged (%s); moved it to %s and started a new one.",
+                self.path, exc, self.recovered_from)
+            self._connect()
+
+    def _connect(self) -> None:
         self._con = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None)
         self._con.execute("PRAGMA journal_mode=WAL")
         self._con.execute("PRAGMA synchronous=FULL")
+        check = self._con.execute("PRAGMA quick_check(1)").fetchone()[0]
+        if check != "ok":
+            raise sqlite3.DatabaseError(f"integrity check: {check}")
         self._con.executescript(_SCHEMA)
 
     # ---------------------------------------------------------------- writing
@@ -152,6 +207,9 @@ class ResultStore:
         if self._con is not None:
             self._con.close()
             self._con = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def __enter__(self):
         return self
@@ -159,6 +217,33 @@ class ResultStore:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def _acquire(path: Path) -> FileLock:
+    """The lock that gives one run at a time the right to compute into the store at ``path``.
+
+    The operating system releases it when the process ends, however it ends, so a killed run
+    leaves no stale lock behind.
+    """
+    lock = FileLock(str(path) + ".lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise StoreError(f"Another margindist run is using the result store {path} right now. Wait for it "
+                         "to finish (then run this command again: it reuses that run's results), or "
+                         "choose another output directory (--out).") from None
+    return lock
+
+
+def _move_aside(path: Path) -> Path:
+    """Rename a damaged database (and its WAL files) to ``<name>.damaged-<time>``; returns the new name."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = path.with_name(f"{path.name}.damaged-{stamp}")
+    for suffix in ("", "-wal", "-shm"):
+        src = Path(str(path) + suffix)
+        if src.exists():
+            src.rename(Path(str(aside) + suffix))
+    return aside
 
 
 def _json_default(o):

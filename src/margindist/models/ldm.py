@@ -9,10 +9,8 @@ import scipy.sparse as sp
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import validate_data
 
-from .._base import BaseMarginClassifier, BinaryModel, combined_sample_weight, get_logger
+from .._base import BaseMarginClassifier, BinaryModel, get_logger
 from .._params import KERNEL_PARAMS, MULTICLASS_PARAMS, NON_NEGATIVE, POSITIVE, RANDOM_STATE, VERBOSE
 from ..kernels import kernel_matrix
 from ..solvers.ldm import ASGDState, LDMKernelBase, LDMLinearFactor, ldm_asgd, ldm_dcd_kernel, ldm_dcd_linear
@@ -306,30 +304,9 @@ class LDM(BaseMarginClassifier):
         self
         """
         first = not hasattr(self, "classes_") or getattr(self, "_asgd_states", None) is None
-        if first:
-            self._validate_params()
-            if classes is None:
-                raise ValueError("classes must be passed on the first call to partial_fit.")
-            classes = np.unique(np.asarray(classes))
-            if classes.size < 2:
-                raise ValueError(f"LDM needs at least 2 classes; got classes={classes!r}.")
-        if self.multi_class == "ovo" and (classes if first else self.classes_).size > 2:
+        X, y_index, sw = self._partial_fit_data(X, y, classes, sample_weight, first)
+        if self.multi_class == "ovo" and self.classes_.size > 2:
             raise ValueError("partial_fit supports multi_class='ovr' only.")
-        if self.class_weight == "balanced":
-            raise ValueError("class_weight='balanced' needs the whole data; use fit, or pass a dict.")
-        X, y = validate_data(self, X, y, reset=first, accept_sparse="csr", dtype=[np.float64, np.float32])
-        check_classification_targets(y)
-        if first:
-            self.classes_ = classes
-        elif classes is not None and not np.array_equal(np.unique(classes), self.classes_):
-            raise ValueError(f"classes={classes!r} differs from the classes of the first call {self.classes_!r}.")
-        unknown = ~np.isin(y, self.classes_)
-        if unknown.any():
-            raise ValueError(f"y contains labels not in classes: {np.unique(y[unknown])[:5]!r}.")
-        sw = combined_sample_weight(sample_weight, self.class_weight, X, y, self.classes_)
-        keep = sw > 0
-        X, y, sw = (X[keep], y[keep], sw[keep]) if not keep.all() else (X, y, sw)
-        y_index = np.searchsorted(self.classes_, y)
         K = self.classes_.size
         if K == 2:
             problems = [(None, np.where(y_index == 1, 1.0, -1.0), (0, 1))]

@@ -10,10 +10,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.multiclass import _check_partial_fit_first_call, check_classification_targets
-from sklearn.utils.validation import validate_data
 
-from .._base import BaseMarginClassifier, BinaryModel, combined_sample_weight, get_logger
+from .._base import BaseMarginClassifier, BinaryModel, get_logger
 from .._params import MULTICLASS_PARAMS, POSITIVE, POSITIVE_INT, RANDOM_STATE, VERBOSE
 from ..solvers.margin_pursuit import (
     catoni_scale,
@@ -324,25 +322,8 @@ class MarginPursuit(BaseMarginClassifier):
         -------
         self
         """
-        first = _check_partial_fit_first_call(self, classes)
-        if first:
-            self._validate_params()
-            if self.class_weight == "balanced":
-                raise ValueError("class_weight='balanced' is not supported by partial_fit; "
-                                 "compute the class weights over the whole data and pass a dict.")
-            if self.classes_.size < 2:
-                raise ValueError("MarginPursuit needs at least 2 classes in `classes`.")
-        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
-                             reset=first)
-        check_classification_targets(y)
-        unknown = ~np.isin(y, self.classes_)
-        if unknown.any():
-            raise ValueError(f"y contains labels not in classes: {np.unique(y[unknown])[:5]}.")
-        y_index = np.searchsorted(self.classes_, y)
-        sw = combined_sample_weight(sample_weight, self.class_weight, X, y, self.classes_)
-        keep = np.flatnonzero(sw > 0)
-        if keep.size < X.shape[0]:
-            X, y_index, sw = X[keep], y_index[keep], sw[keep]
+        first = not hasattr(self, "classes_")
+        X, y_index, sw = self._partial_fit_data(X, y, classes, sample_weight, first)
         problems = self._binary_problems(y_index, self.classes_.size)
         P = len(problems)
         key = self._warm_key(X, None, problems)

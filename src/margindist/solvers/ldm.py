@@ -574,10 +574,31 @@ def _run_pass(parts, bias, y, sfac, xmu, mu, order, consts, eta0, eta_const, t0,
     return code == 0 and np.all(np.isfinite(state.w))
 
 
+def _reference_step(Xs, sfac, consts, bias) -> float:
+    """1 / (lambda3 + (4 l1 + 1) q), q the weighted mean squared row norm (bias included): the
+    step at which one update moves a margin by O(1), whatever the scale of the features, of C,
+    of lambda1 or of the sample weights."""
+    lam3, l1, _ = consts
+    sq = _xh_sq_norms(Xs, bias)
+    q = float(np.mean(sfac * sq))
+    return 1.0 / (lam3 + (4.0 * l1 + 1.0) * max(q, 1e-300))
+
+
+def _xh_sq_norms(X, bias) -> np.ndarray:
+    """Squared norms of the rows of [X, bias]."""
+    if sp.issparse(X):
+        sq = np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
+    else:
+        sq = np.einsum("ij,ij->i", X, X, dtype=np.float64)
+    return sq + bias * bias
+
+
 def _trial_eta0(X, y, s, lambda1, lambda2, C, S_total, bias, state, rng_np, n_trial=1000):
-    """Bottou's recipe: one plain-SGD pass on <= n_trial samples for eta = 1, 2, 4 ... or
-    1/2, 1/4 ..., keep the eta with the lowest objective on those samples (whose own mean
-    direction mu gives the mean margin, as in that objective)."""
+    """Bottou's recipe: one plain-SGD pass on <= n_trial samples for eta on the grid of powers
+    of 2, starting at the power of 2 nearest :func:`_reference_step` and walking up or down,
+    keep the eta with the lowest objective on those samples (whose own mean direction mu
+    gives the mean margin, as in that objective). eta stays below 1 / (2 lambda3), so that the
+    decay 1 - eta lambda3 of every step is positive."""
     m = y.shape[0]
     idx = rng_np.permutation(m)[: min(m, n_trial)]
     Xs = X[idx]
@@ -599,20 +620,27 @@ def _trial_eta0(X, y, s, lambda1, lambda2, C, S_total, bias, state, rng_np, n_tr
             return np.inf
         return ldm_sgd_objective(trial.weights(), Xs, ys, ss, lambda1, lambda2, C, S_total, bias)
 
+    ref = _reference_step(Xs, sfac, consts, bias)
+    cap = 0.5 / consts[0]
     factor = 2.0
-    lo_eta, lo_cost = 1.0, cost(1.0)
-    hi_eta, hi_cost = lo_eta * factor, cost(lo_eta * factor)
-    if lo_cost < hi_cost:
-        while lo_cost < hi_cost and lo_eta > 1e-12:
+    lo_eta = min(2.0 ** np.round(np.log2(ref)), cap)
+    floor, ceil = lo_eta * 2.0**-40, min(lo_eta * 2.0**40, cap)
+    lo_cost = cost(lo_eta)
+    hi_eta = min(lo_eta * factor, cap)
+    hi_cost = cost(hi_eta) if hi_eta > lo_eta else np.inf
+    if lo_cost <= hi_cost:
+        while lo_cost < hi_cost and lo_eta > floor:
             hi_eta, hi_cost = lo_eta, lo_cost
             lo_eta = hi_eta / factor
             lo_cost = cost(lo_eta)
-    elif hi_cost < lo_cost:
-        while hi_cost < lo_cost and hi_eta < 1e12:
+    else:
+        while hi_cost < lo_cost and hi_eta * factor <= ceil:
             lo_eta, lo_cost = hi_eta, hi_cost
             hi_eta = lo_eta * factor
             hi_cost = cost(hi_eta)
-    return lo_eta
+        if hi_cost < lo_cost:  # stopped by the cap while still improving
+            lo_eta = hi_eta
+    return float(lo_eta)
 
 
 def ldm_asgd(X, y, sample_weight, lambda1, lambda2, C, *, bias=1.0, n_epochs=5, state=None,
@@ -685,12 +713,14 @@ def ldm_asgd(X, y, sample_weight, lambda1, lambda2, C, *, bias=1.0, n_epochs=5, 
                        state, True)
         if not ok:
             raise FloatingPointError(
-                f"LDM ASGD diverged (non-finite weights) with eta0={state.eta0:g}; scale the "
-                "features (e.g. to [0, 1]) or use solver='dcd'."
+                f"LDM ASGD diverged (non-finite weights) with eta0={state.eta0:g} (lambda3 = 1 / (C S) = "
+                f"{consts[0]:.3g}, lambda1 / (C S) = {consts[1]:.3g}); check C, lambda1, lambda2 and the "
+                "sample weights, standardise the features, or use solver='dcd'."
             )
         if log is not None:
             log.debug("LDM ASGD epoch %d done (t = %d)", ep + 1, state.t)
     wbar = state.average()
     if not np.all(np.isfinite(wbar)):
-        raise FloatingPointError("LDM ASGD produced non-finite weights; scale the features.")
+        raise FloatingPointError("LDM ASGD produced non-finite weights; check C, lambda1, lambda2 and the sample "
+                                 "weights, standardise the features, or use solver='dcd'.")
     return wbar[:-1].copy(), float(bias * wbar[-1]), state, n_epochs
