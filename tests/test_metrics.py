@@ -242,3 +242,37 @@ def test_estimator_margins_label_errors(binary_data):
         estimator_margins(svc, _scaled(X)[:2], np.array(["benign", "other"]))
     with pytest.raises(TypeError, match="norm is only for"):
         margin_stats(M, norm=2.0)
+
+
+def test_multiclass_rbf_svc_pair_norms_equal_binary_fits(wine):
+    # LIBSVM's one-vs-one sub-problem (i, j) is the binary SVC on classes i and j alone: its
+    # RKHS norm, from an explicit kernel matrix, is the pair's norm in the multi-class model
+    X, y = wine
+    gamma = 0.05
+    svc = SVC(kernel="rbf", gamma=gamma, C=2.0, tol=1e-10).fit(X, y)
+    norms = estimator_weight_norm(svc)
+    for p, (i, j) in enumerate([(0, 1), (0, 2), (1, 2)]):
+        rows = (y == i) | (y == j)
+        binary = SVC(kernel="rbf", gamma=gamma, C=2.0, tol=1e-10).fit(X[rows], y[rows])
+        Z, a = binary.support_vectors_, binary.dual_coef_[0]
+        assert norms[p] == pytest.approx(np.sqrt(a @ _rbf_by_hand(Z, Z, gamma) @ a), rel=1e-6)
+    m = estimator_margins(svc, X, y)
+    # a sample has a negative margin iff some pairwise classifier of its class gets it wrong
+    ovo = SVC(kernel="rbf", gamma=gamma, C=2.0, tol=1e-10, decision_function_shape="ovo").fit(X, y)
+    F = ovo.decision_function(X)
+    wrong = np.zeros(len(y), dtype=bool)
+    for p, (i, j) in enumerate([(0, 1), (0, 2), (1, 2)]):
+        wrong |= ((y == i) & (F[:, p] < 0)) | ((y == j) & (F[:, p] > 0))
+    np.testing.assert_array_equal(m < 0, wrong)
+
+
+def test_grid_search_and_pipeline_norms(binary_data):
+    from sklearn.model_selection import GridSearchCV
+
+    X, y = binary_data
+    pipe = make_pipeline(StandardScaler(), LinearSVC())
+    search = GridSearchCV(pipe, {"linearsvc__C": [0.1, 1.0]}, cv=2).fit(X, y)
+    best = search.best_estimator_
+    np.testing.assert_allclose(estimator_weight_norm(search), [np.linalg.norm(best[-1].coef_)])
+    np.testing.assert_allclose(estimator_weight_norm(best), [np.linalg.norm(best[-1].coef_)])
+    np.testing.assert_allclose(estimator_margins(search, X, y), estimator_margins(best, X, y))

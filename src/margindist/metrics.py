@@ -139,14 +139,21 @@ def _estimator_name(estimator) -> str:
 
 
 def _split_pipeline(estimator, X):
-    """(final estimator, X transformed by all the steps before it); unchanged for non-pipelines."""
-    while isinstance(getattr(estimator, "steps", None), list) and hasattr(estimator, "named_steps"):
-        if len(estimator.steps) > 1:
-            X = estimator[:-1].transform(X)
-        estimator = estimator.steps[-1][1]
-        if estimator in (None, "passthrough"):
-            raise ValueError("The last step of the Pipeline is 'passthrough': it has no classifier.")
-    return estimator, X
+    """(final estimator, X transformed by all the steps before it); unchanged for non-pipelines.
+
+    A fitted search (``GridSearchCV`` ...) stands for its ``best_estimator_``.
+    """
+    while True:
+        if hasattr(estimator, "best_estimator_") and hasattr(estimator, "cv_results_"):
+            estimator = estimator.best_estimator_
+        elif isinstance(getattr(estimator, "steps", None), list) and hasattr(estimator, "named_steps"):
+            if len(estimator.steps) > 1 and X is not None:
+                X = estimator[:-1].transform(X)
+            estimator = estimator.steps[-1][1]
+            if estimator is None or (isinstance(estimator, str) and estimator == "passthrough"):
+                raise ValueError("The last step of the Pipeline is 'passthrough': it has no classifier.")
+        else:
+            return estimator, X
 
 
 def _is_libsvm(estimator) -> bool:
@@ -302,7 +309,8 @@ def estimator_margins(estimator, X, y, *, norm=None) -> np.ndarray:
     Works for margindist estimators (their own :meth:`margins`), scikit-learn linear
     classifiers (``LinearSVC``, ``LogisticRegression``, ``SGDClassifier``, ``RidgeClassifier``
     ...), ``SVC`` / ``NuSVC`` with any kernel, and a ``Pipeline`` whose final step is one of
-    these (X is transformed through all the steps but the last).
+    these (X is transformed through all the steps but the last); a fitted ``GridSearchCV`` /
+    ``RandomizedSearchCV`` stands for its ``best_estimator_``.
 
     Parameters
     ----------
