@@ -276,3 +276,12 @@ def test_grid_search_and_pipeline_norms(binary_data):
     np.testing.assert_allclose(estimator_weight_norm(search), [np.linalg.norm(best[-1].coef_)])
     np.testing.assert_allclose(estimator_weight_norm(best), [np.linalg.norm(best[-1].coef_)])
     np.testing.assert_allclose(estimator_margins(search, X, y), estimator_margins(best, X, y))
+
+
+def test_normalized_margins_norm_types():
+    f, y = np.array([2.0, -1.0]), np.array([0, 1])
+    for norm in (2, np.float32(2.0), np.array(2.0), np.array([2.0])):
+        np.testing.assert_allclose(normalized_margins(f, y, norm), [-1.0, -0.5])
+    for bad in ("abc", [1.0, 2.0], np.inf, -1.0, 0.0):
+        with pytest.raises(ValueError, match="norm must be a positive finite number"):
+            normalized_margins(f, y, bad)

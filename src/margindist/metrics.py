@@ -111,8 +111,13 @@ def normalized_margins(decision_values, y, *args, norm=None, pos_label=None) -> 
     y = np.asarray(y).ravel()
     if f.shape != y.shape:
         raise ValueError(f"decision_values and y differ in length: {f.shape[0]} vs {y.shape[0]}.")
-    if not isinstance(norm, Real) or not norm > 0 or not np.isfinite(norm):
+    try:
+        norm_arr = np.asarray(norm, dtype=np.float64)
+    except (TypeError, ValueError):
+        norm_arr = np.array([np.nan, np.nan])
+    if norm_arr.size != 1 or not norm_arr.item() > 0 or not np.isfinite(norm_arr.item()):
         raise ValueError(f"norm must be a positive finite number; got {norm!r}.")
+    norm = norm_arr.item()
     labels = np.unique(y)
     if labels.size > 2:
         raise ValueError(f"normalized_margins is binary; y has {labels.size} classes.")
