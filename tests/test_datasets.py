@@ -167,3 +167,71 @@ def test_unknown_name_offline_says_where_to_put_the_file(monkeypatch, tmp_path):
     assert "MARGINDIST_DATA" in str(info.value)
     with pytest.raises(DatasetNotFoundError, match="No such dataset file"):
         load_dataset(tmp_path / "missing.csv")
+
+
+# ---------------------------------------------------------------- names: suggestions, no network for typos
+
+def _no_network(monkeypatch):
+    """Make every OpenML access fail the test."""
+    import sklearn.datasets
+
+    def fail(*args, **kwargs):
+        raise AssertionError("OpenML must not be contacted for a near-miss of a local name")
+
+    monkeypatch.setattr(sklearn.datasets, "fetch_openml", fail)
+
+
+def _fake_openml(monkeypatch, calls):
+    import sklearn.datasets
+    from sklearn.utils import Bunch
+
+    def fake(name, **kwargs):
+        calls.append(name)
+        if name.startswith("missing"):
+            raise ValueError(f"No active dataset {name} found.")
+        return Bunch(data=np.array([[1.0, 2.0], [3.0, 4.0]]), target=np.array(["a", "b"]), feature_names=["u", "v"])
+
+    monkeypatch.setattr(sklearn.datasets, "fetch_openml", fake)
+
+
+@pytest.mark.parametrize(("typo", "meant"), [("australain", "australian"), ("Australian", "australian"),
+                                             ("ionosphre", "ionosphere"), ("breast-cancer", "breast_cancer")])
+def test_near_miss_suggests_without_network(typo, meant, monkeypatch):
+    _no_network(monkeypatch)
+    with pytest.raises(DatasetNotFoundError, match=f"did you mean '{meant}'") as info:
+        load_dataset(typo)
+    assert f"openml:{typo}" in str(info.value)
+    with pytest.raises(DatasetNotFoundError, match=f"did you mean '{meant}'"):
+        load_dataset(typo, allow_download=False)
+
+
+def test_near_miss_of_a_data_dir_name(tmp_path, monkeypatch):
+    _no_network(monkeypatch)
+    (tmp_path / "my_survey.csv").write_text("f0,label\n1.5,1\n2.5,-1\n")
+    with pytest.raises(DatasetNotFoundError, match="did you mean 'my_survey'"):
+        load_dataset("my_survy", data_dir=tmp_path)
+
+
+def test_far_names_still_go_to_openml(monkeypatch):
+    calls = []
+    _fake_openml(monkeypatch, calls)
+    b = load_dataset("credit-g", return_bunch=True)
+    assert calls == ["credit-g"] and b.source == "openml" and b.data.shape == (2, 2)
+    # similar to the bundled "heart" but below the typo cut-off: a real OpenML name
+    load_dataset("heart-c")
+    assert calls[-1] == "heart-c"
+    # not found on OpenML either: the error keeps looser suggestions
+    with pytest.raises(DatasetNotFoundError, match="OpenML failed"):
+        load_dataset("missing_set_xyz")
+    assert calls[-1] == "missing_set_xyz"
+    with pytest.raises(DatasetNotFoundError, match="did you mean 'german'"):
+        load_dataset("germna", allow_download=False)
+
+
+def test_openml_prefix_skips_the_typo_check(monkeypatch):
+    calls = []
+    _fake_openml(monkeypatch, calls)
+    b = load_dataset("openml:australain", return_bunch=True)
+    assert calls == ["australain"] and b.name == "australain" and b.source == "openml"
+    with pytest.raises(DatasetNotFoundError, match="needs a dataset name"):
+        load_dataset("openml:")

@@ -8,7 +8,14 @@ experimental system of the papers that introduced them.
 __version__ = "0.1.0"
 
 from .datasets import list_datasets, load_dataset
-from .metrics import margin_stats, msvmav_bound_term, normalized_margins, semivariance
+from .metrics import (
+    estimator_margins,
+    estimator_weight_norm,
+    margin_stats,
+    msvmav_bound_term,
+    normalized_margins,
+    semivariance,
+)
 from .models.fmm import FMM
 from .models.kmomd import KMOMD
 from .models.ldm import LDM
@@ -18,7 +25,7 @@ from .models.mamc import MAMC
 from .models.margin_pursuit import MarginPursuit
 from .models.msvmav import MSVMAv
 from .models.odm import ODM
-from .plotting import plot_margin_cdf
+from .plotting import MarginDistributionDisplay, plot_margin_cdf
 
 __all__ = [
     "FMM",
@@ -27,15 +34,18 @@ __all__ = [
     "LSSVM",
     "M3SVM",
     "MAMC",
-    "MSVMAv",
-    "MarginPursuit",
     "ODM",
-    "load_dataset",
+    "MSVMAv",
+    "MarginDistributionDisplay",
+    "MarginPursuit",
+    "__version__",
+    "estimator_margins",
+    "estimator_weight_norm",
     "list_datasets",
+    "load_dataset",
     "margin_stats",
     "msvmav_bound_term",
     "normalized_margins",
     "plot_margin_cdf",
     "semivariance",
-    "__version__",
 ]

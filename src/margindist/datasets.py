@@ -14,6 +14,12 @@
 5. OpenML by name, cached under ``MARGINDIST_CACHE`` (default ``~/.cache/margindist``), when
    online. Offline, the error says where to put the file.
 
+A name that is not found locally but is close to a local one (a typo such as
+``"australain"``) raises :class:`DatasetNotFoundError` at once with the suggestion ("did you
+mean 'australian'?"), without a network call; only names not close to any local dataset are
+looked up on OpenML. The prefix ``openml:`` (``load_dataset("openml:heart-c")``) always goes to
+OpenML, for OpenML datasets whose names resemble a local one.
+
 CSV format (as in the project's data directory): a header row, numeric feature columns and
 a last column ``label`` (integers or strings). Labels that are all integers load as ints.
 A malformed file raises :class:`DatasetFormatError` naming the file and the line.
@@ -21,6 +27,7 @@ A malformed file raises :class:`DatasetFormatError` naming the file and the line
 
 from __future__ import annotations
 
+import difflib
 import gzip
 import io
 import json
@@ -31,12 +38,20 @@ from pathlib import Path
 import numpy as np
 from sklearn.utils import Bunch
 
-__all__ = ["load_dataset", "list_datasets", "DatasetFormatError", "DatasetNotFoundError", "data_dirs"]
+__all__ = ["DatasetFormatError", "DatasetNotFoundError", "close_names", "data_dirs", "known_names", "list_datasets",
+           "load_dataset"]
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "data"
 _SKLEARN_BUILTINS = ("breast_cancer", "iris", "wine", "digits")
 _NAME_EXTENSIONS = (".csv", ".csv.gz", ".dat", ".arff", ".svm", ".libsvm", ".svmlight")
 _SVMLIGHT_EXT = (".svm", ".libsvm", ".svmlight", ".txt")
+_OPENML_PREFIX = "openml:"
+#: Similarity (difflib ratio, case-insensitive) from which a name counts as a typo of a local
+#: dataset: no OpenML look-up, an immediate error with the suggestion. "australain" vs
+#: "australian" is 0.9; OpenML's "heart-c" vs the bundled "heart" is 0.83 and still goes online.
+_TYPO_CUTOFF = 0.85
+#: Looser similarity for the suggestions added to a "not found" message.
+_HINT_CUTOFF = 0.6
 
 
 class DatasetFormatError(ValueError):
@@ -276,6 +291,42 @@ def _find_in_dirs(name: str, data_dir=None) -> Path | None:
     return None
 
 
+def known_names(data_dir=None) -> list[str]:
+    """Names loadable without a network: data directories, bundled datasets, scikit-learn's."""
+    names = set(_SKLEARN_BUILTINS)
+    names.update(_bundled_manifest())
+    if BUNDLED_DIR.is_dir():
+        names.update(p.name[: -len(".csv.gz")] for p in BUNDLED_DIR.glob("*.csv.gz"))
+    for d in data_dirs(data_dir):
+        if not d.is_dir():
+            continue
+        for p in d.iterdir():
+            ext = next((e for e in _NAME_EXTENSIONS if p.name.endswith(e)), None)
+            if ext is not None:
+                names.add(p.name[: -len(ext)])
+    return sorted(names)
+
+
+def close_names(name: str, data_dir=None, *, cutoff: float = _TYPO_CUTOFF, n: int = 3) -> list[str]:
+    """Local dataset names similar to ``name`` (case-insensitive), best first.
+
+    Uses :func:`difflib.get_close_matches` with the given ``cutoff`` (a similarity ratio in
+    [0, 1]) over :func:`known_names`.
+    """
+    by_lower: dict[str, str] = {}
+    for known in known_names(data_dir):
+        by_lower.setdefault(known.lower(), known)
+    hits = difflib.get_close_matches(name.lower(), list(by_lower), n=n, cutoff=cutoff)
+    return [by_lower[h] for h in hits]
+
+
+def _did_you_mean(names: list[str]) -> str:
+    quoted = [repr(n) for n in names]
+    if len(quoted) == 1:
+        return f"did you mean {quoted[0]}?"
+    return f"did you mean {', '.join(quoted[:-1])} or {quoted[-1]}?"
+
+
 def _load_sklearn(name: str):
     from sklearn import datasets as skd
 
@@ -284,7 +335,7 @@ def _load_sklearn(name: str):
     return np.asarray(b.data, dtype=np.float64), np.asarray(b.target), list(b.get("feature_names", []))
 
 
-def _load_openml(name: str, allow_download: bool):
+def _load_openml(name: str, allow_download: bool, suggestions=()):
     from sklearn.datasets import fetch_openml
 
     cache = _cache_dir() / "openml"
@@ -292,10 +343,11 @@ def _load_openml(name: str, allow_download: bool):
         f"Dataset {name!r} was not found in the data directories {[str(d) for d in data_dirs()]}, "
         "among the bundled datasets or scikit-learn's built-ins"
     )
+    maybe = f" Or {_did_you_mean(list(suggestions))}" if suggestions else ""
     if not allow_download:
         raise DatasetNotFoundError(
             f"{hint}. Put {name}.csv (header row, label in the last column) into a directory and "
-            "pass data_dir=... or set MARGINDIST_DATA."
+            f"pass data_dir=... or set MARGINDIST_DATA.{maybe}"
         )
     try:
         b = fetch_openml(name=name, data_home=str(cache), as_frame=False, parser="liac-arff")
@@ -303,7 +355,7 @@ def _load_openml(name: str, allow_download: bool):
         raise DatasetNotFoundError(
             f"{hint}, and fetching it from OpenML failed ({type(exc).__name__}: {exc}). "
             f"Put {name}.csv (header row, label in the last column) into a directory and pass "
-            f"data_dir=... or set MARGINDIST_DATA; OpenML downloads are cached in {cache}."
+            f"data_dir=... or set MARGINDIST_DATA; OpenML downloads are cached in {cache}.{maybe}"
         ) from None
     X = b.data
     if not hasattr(X, "tocsr"):
@@ -322,7 +374,10 @@ def load_dataset(name_or_path, data_dir=None, *, return_bunch=False, allow_downl
     Parameters
     ----------
     name_or_path : str or path-like
-        A file path or a dataset name (see the module docstring for the search order).
+        A file path or a dataset name (see the module docstring for the search order). A name
+        close to a local dataset's but not equal to one raises :class:`DatasetNotFoundError`
+        with the suggestion, without going to OpenML; ``"openml:<name>"`` fetches ``<name>``
+        from OpenML whatever is local.
     data_dir : str or path-like, optional
         Directory searched first (before ``MARGINDIST_DATA``).
     return_bunch : bool, default False
@@ -336,10 +391,23 @@ def load_dataset(name_or_path, data_dir=None, *, return_bunch=False, allow_downl
     -------
     (X, y) or Bunch
         X is a float64 ndarray (a CSR matrix for LIBSVM files), y an int or str array.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        Nothing of that name anywhere, or a near-miss of a local name ("did you mean ...?").
+    DatasetFormatError
+        A file that cannot be parsed (the message names the file and the line).
     """
     raw = os.fspath(name_or_path)
     path = Path(raw).expanduser()
-    if path.is_file():
+    if raw.startswith(_OPENML_PREFIX):
+        name = raw[len(_OPENML_PREFIX):].strip()
+        if not name:
+            raise DatasetNotFoundError("'openml:' needs a dataset name after it, e.g. 'openml:credit-g'.")
+        X, y, feats = _load_openml(name, allow_download)
+        source, location = "openml", str(_cache_dir() / "openml")
+    elif path.is_file():
         X, y, feats = _read_file(path)
         name, source, location = re.sub(r"(\.csv)?(\.gz)?$", "", path.stem), "file", str(path)
     else:
@@ -355,7 +423,15 @@ def load_dataset(name_or_path, data_dir=None, *, return_bunch=False, allow_downl
         elif name in _SKLEARN_BUILTINS:
             (X, y, feats), source, location = _load_sklearn(name), "sklearn", f"sklearn.datasets.load_{name}"
         else:
-            X, y, feats = _load_openml(name, allow_download)
+            typo_of = close_names(name, data_dir, cutoff=_TYPO_CUTOFF)
+            if typo_of:
+                raise DatasetNotFoundError(
+                    f"No dataset named {name!r}; {_did_you_mean(typo_of)} (See list_datasets() for "
+                    f"what is available; to fetch a dataset of exactly this name from OpenML use "
+                    f"'{_OPENML_PREFIX}{name}'.)"
+                )
+            hints = close_names(name, data_dir, cutoff=_HINT_CUTOFF)
+            X, y, feats = _load_openml(name, allow_download, hints)
             source, location = "openml", str(_cache_dir() / "openml")
     if not return_bunch:
         return X, y
