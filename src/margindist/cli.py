@@ -530,10 +530,11 @@ def _cmd_bench(args) -> int:
                      title="custom comparison", reference=ref if ref is not None else methods[0],
                      metric=args.metric, notes=list(warns))
     out = Path(args.out) if args.out else Path("margindist-results") / args.name
-    # everything that makes the table, except the number of repeats (which may be raised later)
+    # what gets computed: datasets, methods with their grids, protocol; not the number of repeats
+    # (which may be raised later), the order, the reference or the metric (ways of showing the results)
     description = {"command": "bench", "name": exp.name, "protocol": _protocol_identity(protocol),
-                   "datasets": exp.datasets, "methods": [r.to_dict("") for r in runs],
-                   "reference": exp.reference, "metric": exp.metric}
+                   "datasets": sorted(exp.datasets, key=lambda d: d.name),
+                   "methods": sorted((r.to_dict("") for r in runs), key=lambda r: r["label"])}
     what = (f"bench {exp.name!r}: {', '.join(methods)} ({kernel}) on {', '.join(d.name for d in datasets)}, "
             f"protocol {args.protocol}")
     return _execute(args, exp, out, strict=True, description=description, what=what, warnings=warns)
