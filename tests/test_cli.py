@@ -321,3 +321,14 @@ def test_out_that_is_not_a_run_directory(capsys, tmp_path):
     assert [p.name for p in out.iterdir()] == ["thesis.tex"]
     code, _, err = run(capsys, *argv, "--force")
     assert code == 0 and (out / "thesis.tex").exists() and (out / "report.md").exists()
+
+
+def test_cv_fills_in_the_paper_grid_of_a_method_without_one(capsys, tmp_path):
+    code, _, err = run(capsys, "bench", "--datasets", "heart", "--methods", "svm", "lssvm", "--repeats", "2",
+                       "--cv", "3", "--param-grid", '{"svm": {"C": [1.0, 2.0]}}', "--out", str(tmp_path / "r"),
+                       "--quiet")
+    assert code == 0, err
+    assert "untuned" not in err
+    report = (tmp_path / "r" / "report.md").read_text()
+    assert "svm: `svm` (linear) — C in {1, 2}" in report
+    assert "lssvm: `lssvm` (linear) — C in {2^-10," in report and "Paper grid (preset msvmav-linear)" in report

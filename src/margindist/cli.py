@@ -220,7 +220,8 @@ def _execute(args, exp, out_dir: Path, strict: bool, description: dict, what: st
     if not plan.pairs:
         reasons = "\n".join(skipped_lines(exp, plan) or ["- no dataset and method to pair"])
         if strict:  # bench: every dataset and method is the user's choice
-            raise UsageError(f"nothing to run (no output written); change --datasets / --methods / --kernel:\n{reasons}")
+            raise UsageError("nothing to run (no output written); change --datasets / --methods / --kernel:\n"
+                             + reasons)
         _err(f"nothing to run (no output written):\n{reasons}")
         return EXIT_FAILURE
     identity = _identity(description, what, command)
@@ -320,7 +321,7 @@ def _cmd_reproduce(args) -> int:
     # this run computes and shows, so they do not make the directory another experiment's
     description = {"command": "reproduce", "preset": args.preset, "quick": exp.quick,
                    "protocol": _protocol_identity(exp.protocol)}
-    what = f"`reproduce {args.preset}{' --quick' if exp.quick else ''}`"
+    what = f"reproduce {args.preset}{' --quick' if exp.quick else ''}"
     return _execute(args, exp, out, strict=False, description=description, what=what)
 
 
@@ -431,8 +432,9 @@ def _preset_grids(name, methods, kernel):
 def _bench_grids(args, methods):
     """(kernel, grids, notes per method, warnings): where each method's grid comes from.
 
-    ``--param-grid`` JSON / @FILE / ``preset:NAME``; without it and with ``--cv K``, each
-    method's paper grid (:func:`margindist.experiments.presets.paper_grid`); else no search.
+    ``--param-grid`` JSON / @FILE / ``preset:NAME``; with ``--cv K``, a method left without a
+    grid searches its paper grid (:func:`margindist.experiments.presets.paper_grid`); else no
+    search, with a warning for the methods that have something to tune.
     """
     from .experiments.presets import paper_grid, paper_grid_source
 
@@ -447,24 +449,24 @@ def _bench_grids(args, methods):
     elif text:
         grids = _parse_grid(text, methods)
         source = "--param-grid"
-    elif args.cv is not None:
-        kernel = kernel or "linear"
-        grids = {m: paper_grid(m, kernel) for m in methods}
-        for m, g in grids.items():
-            if g:
-                notes[m] = f"Paper grid (preset {paper_grid_source(m, kernel)}), chosen by {args.cv}-fold CV"
-        source = None
     else:
         grids, source = {}, None
     kernel = kernel or "linear"
+    if args.cv is not None:
+        for m in methods:
+            if not grids.get(m):
+                grids[m] = paper_grid(m, kernel)
+                if grids[m]:
+                    notes[m] = f"Paper grid (preset {paper_grid_source(m, kernel)}), chosen by {args.cv}-fold CV"
     untuned = [m for m in methods if not grids.get(m) and paper_grid(m, kernel)]
     for m in untuned:
         notes[m] = "Untuned: the estimator's default hyperparameters"
     if untuned:
         where = f" ({source} has no grid for {'it' if len(untuned) == 1 else 'them'})" if source else ""
         warns.append(f"{', '.join(untuned)} {'runs' if len(untuned) == 1 else 'run'} untuned, with default "
-                     f"hyperparameters{where}: the comparison may not be fair. To tune, add --cv K (each method's "
-                     "paper grid), --param-grid preset:NAME (a paper's grids) or --param-grid JSON")
+                     f"hyperparameters{where}: the comparison may not be fair. To tune, add --cv K (a method "
+                     "without a grid then searches its paper grid), or give grids with --param-grid preset:NAME "
+                     "(a paper's grids) or --param-grid JSON")
     if args.cv is not None and not any(_n_points(g) > 1 for g in grids.values()):
         warns.append(f"--cv {args.cv} has no effect: no method has a grid to search")
     return kernel, grids, notes, warns
@@ -637,7 +639,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="random[:TRAIN_FRACTION] (default 0.8), half, fixed:N_TRAIN:N_TEST, kfold[:K], "
                         "or a preset name to use its protocol")
     p.add_argument("--kernel", default=None,
-                   help="kernel for every method (linear, rbf, ...; default linear, or that of --param-grid preset:NAME)")
+                   help="kernel for every method (linear, rbf, ...; default linear, or the kernel of "
+                        "--param-grid preset:NAME)")
     p.add_argument("--scaling", choices=["minmax", "standard", "none"], default=None,
                    help="preprocessing fitted on the training part (default minmax)")
     p.add_argument("--bias", action="store_true", help="append a constant-1 feature after scaling")
