@@ -9,12 +9,15 @@ Commands:
 * ``margindist methods``: the method registry and which methods are available.
 
 Runs store every finished task in ``<out>/results.sqlite`` at once; running the same command
-again resumes (``--force`` recomputes). ``--workers N`` runs tasks on N local processes,
+again resumes (``--force`` recomputes). ``<out>/experiment.json`` fingerprints the experiment: an
+``--out`` that holds a different one is refused unless ``--force``, and report files of an
+earlier run that a run does not write again are removed. ``--workers N`` runs tasks on N local processes,
 ``--scheduler ADDRESS`` on a Dask cluster. Progress goes to stderr: a bar on a terminal,
 a line every ``--log-interval`` seconds otherwise, nothing with ``--quiet``.
 
 Exit codes: 0 success, 1 runtime failure (some task failed, or an error), 2 usage error
-(unknown dataset, method, preset or a bad option), 130 interrupted (finished work is kept).
+(unknown dataset, method, preset or a bad option; in argparse's style, naming the fix, with
+"did you mean" for close names), 130 interrupted (finished work is kept).
 """
 
 from __future__ import annotations
