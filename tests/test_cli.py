@@ -210,7 +210,12 @@ def test_nothing_to_run_leaves_no_directory(capsys, tmp_path, monkeypatch):
 
 
 def test_paper_grids_have_one_source():
-    from margindist.experiments.presets import get_preset, paper_grid, paper_grid_source, preset_method_run
+    from margindist.experiments.presets import (
+        get_preset,
+        paper_grid,
+        paper_grid_source,
+        preset_method_run,
+    )
 
     svm = next(r for r in get_preset("msvmav-linear").methods if r.method == "svm")
     assert paper_grid("svm") == svm.grid and paper_grid_source("svm") == "msvmav-linear"
