@@ -9,12 +9,15 @@ Commands:
 * ``margindist methods``: the method registry and which methods are available.
 
 Runs store every finished task in ``<out>/results.sqlite`` at once; running the same command
-again resumes (``--force`` recomputes). ``--workers N`` runs tasks on N local processes,
+again resumes (``--force`` recomputes). ``<out>/experiment.json`` fingerprints the experiment: an
+``--out`` that holds a different one is refused unless ``--force``, and report files of an
+earlier run that a run does not write again are removed. ``--workers N`` runs tasks on N local processes,
 ``--scheduler ADDRESS`` on a Dask cluster. Progress goes to stderr: a bar on a terminal,
 a line every ``--log-interval`` seconds otherwise, nothing with ``--quiet``.
 
 Exit codes: 0 success, 1 runtime failure (some task failed, or an error), 2 usage error
-(unknown dataset, method, preset or a bad option), 130 interrupted (finished work is kept).
+(unknown dataset, method, preset or a bad option; in argparse's style, naming the fix, with
+"did you mean" for close names), 130 interrupted (finished work is kept).
 """
 
 from __future__ import annotations
@@ -121,15 +124,115 @@ def _terminate_as_interrupt():
     return lambda: signal.signal(signal.SIGTERM, old)
 
 
-def _execute(args, exp, out_dir: Path, strict: bool) -> int:
+# ---------------------------------------------------------------------- the output directory
+#: The file in ``--out`` that says which experiment the directory holds.
+IDENTITY_FILE = "experiment.json"
+#: Report files that a run writes whatever its index lists (figures of datasets no longer run).
+_REPORT_PATTERNS = ("margins_*.png", "train_time.png")
+
+
+def _identity(description: dict, summary: str, command: str | None) -> dict:
+    """What identifies an experiment in its output directory: a hash of ``description``.
+
+    The description leaves out the number of repeats (``--repeats`` may be raised later, the
+    stored splits are reused), so a resumed or extended run matches its directory.
+    """
+    from .experiments.protocols import stable_hash
+
+    return {"fingerprint": stable_hash(description), "experiment": summary, "command": command}
+
+
+def _protocol_identity(protocol):
+    from dataclasses import replace
+
+    return replace(protocol, n_repeats=1)
+
+
+def _report_files(out_dir: Path) -> set:
+    """Names of the report files of the run that wrote ``out_dir`` (from its index.md, and figures)."""
+    import re
+
+    names = set()
+    index = out_dir / "index.md"
+    if index.is_file():
+        names |= set(re.findall(r"\]\(([^)/\\]+)\)", index.read_text(encoding="utf-8", errors="replace")))
+        names.add("index.md")
+    for pattern in _REPORT_PATTERNS:
+        names |= {f.name for f in out_dir.glob(pattern)}
+    return {n for n in names if not n.startswith(".") and not n.startswith("results.sqlite") and n != IDENTITY_FILE}
+
+
+def _check_out(out_dir: Path, identity: dict, force: bool) -> set:
+    """Refuse an ``--out`` that holds another experiment (unless ``force``); the old report files."""
+    if not out_dir.exists():
+        return set()
+    if not out_dir.is_dir():
+        raise UsageError(f"--out {out_dir} is a file; give a directory (a new one, or that of this experiment)")
+    stored = out_dir / IDENTITY_FILE
+    if stored.is_file():
+        try:
+            old = json.loads(stored.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            old = {}
+        if old.get("fingerprint") != identity["fingerprint"] and not force:
+            what = old.get("experiment") or "an unreadable experiment description"
+            by = f", written by `{old['command']}`" if old.get("command") else ""
+            raise UsageError(
+                f"--out {out_dir} holds a different experiment ({what}{by}); this run is "
+                f"{identity['experiment']}. Give another --out DIR, or add --force to replace that "
+                "directory's report (--force also recomputes this experiment's stored results; "
+                "other results stay in the store)")
+    elif not (out_dir / "results.sqlite").exists() and any(out_dir.iterdir()) and not force:
+        raise UsageError(f"--out {out_dir} is not empty and holds no margindist results; give a new or empty "
+                         "directory, or add --force to write into it")
+    return _report_files(out_dir)
+
+
+def _write_identity(out_dir: Path, identity: dict) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / f".{IDENTITY_FILE}.tmp"
+    tmp.write_text(json.dumps(identity, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, out_dir / IDENTITY_FILE)
+
+
+def _remove_stale(out_dir: Path, previous: set, written) -> list:
+    """Delete the earlier run's report files that this run did not write again."""
+    fresh = {name for name, _ in written}
+    removed = []
+    for name in sorted(previous - fresh):
+        path = out_dir / name
+        if path.is_file():
+            path.unlink()
+            removed.append(name)
+    return removed
+
+
+# ---------------------------------------------------------------------- running an experiment
+def _execute(args, exp, out_dir: Path, strict: bool, description: dict, what: str, warnings=()) -> int:
     from .experiments.registry import UnsupportedError
     from .experiments.reports import legend, markdown_table, skipped_lines
-    from .experiments.runner import run_experiment
+    from .experiments.runner import plan_experiment, run_experiment
     from .experiments.store import StoreError
 
     _check_parallel(args)
     argv = getattr(args, "argv", None) or []
     command = "margindist " + " ".join(shlex.quote(a) for a in argv) if argv else None
+    try:  # plan before touching --out: a run that cannot start leaves no directory behind
+        plan = plan_experiment(exp, args.data_dir, strict=strict)
+    except UnsupportedError as exc:
+        raise UsageError(str(exc)) from None
+    if not plan.pairs:
+        reasons = "\n".join(skipped_lines(exp, plan) or ["- no dataset and method to pair"])
+        if strict:  # bench: every dataset and method is the user's choice
+            raise UsageError("nothing to run (no output written); change --datasets / --methods / --kernel:\n"
+                             + reasons)
+        _err(f"nothing to run (no output written):\n{reasons}")
+        return EXIT_FAILURE
+    identity = _identity(description, what, command)
+    previous = _check_out(out_dir, identity, args.force)
+    for w in warnings:  # shown even with --quiet: they concern the results, not the progress
+        sys.stderr.write(f"margindist: warning: {w}\n")
+    _write_identity(out_dir, identity)
     if exp.quick:
         from .experiments.reports import quick_description
 
@@ -151,9 +254,9 @@ def _execute(args, exp, out_dir: Path, strict: bool) -> int:
              f"{out_dir / 'results.sqlite'}; run the same command again to resume.")
         return EXIT_INTERRUPTED
     plan = outcome.plan
-    if not plan.pairs:
-        _err("nothing to run: " + "; ".join(skipped_lines(exp, plan)))
-        return EXIT_FAILURE
+    removed = _remove_stale(out_dir, previous, outcome.files)
+    if removed:
+        _info(args, f"removed {len(removed)} report file(s) of the earlier run in {out_dir}: {', '.join(removed)}")
     summary = outcome.summary
     title = f"{exp.name}: {exp.title}" if exp.title else exp.name
     print(f"# {title}" + (" — QUICK RUN (reduced protocol: few splits, small grids)" if exp.quick else ""))
@@ -180,8 +283,11 @@ def _select(items, wanted, what, key_names):
     for w in wanted:
         hits = [it for it in items if w.lower() in {k.lower() for k in key_names(it)}]
         if not hits:
+            from .experiments.registry import did_you_mean
+
             valid = ", ".join(sorted({key_names(it)[0] for it in items}))
-            raise UsageError(f"unknown {what} {w!r} for this preset; valid {what}s: {valid}")
+            hint = did_you_mean(w, {k for it in items for k in key_names(it) if k})
+            raise UsageError(f"unknown {what} {w!r}{hint} for this preset; valid {what}s: {valid}")
         chosen += [h for h in hits if h not in chosen]
     return chosen
 
@@ -212,10 +318,18 @@ def _cmd_reproduce(args) -> int:
         refs = [m.name for m in exp.methods]
         match = [r for r in refs if r.lower() == args.reference.lower()]
         if not match:
-            raise UsageError(f"unknown reference {args.reference!r}; methods of this run: {', '.join(refs)}")
+            from .experiments.registry import did_you_mean
+
+            raise UsageError(f"unknown reference {args.reference!r}{did_you_mean(args.reference, refs)}; "
+                             f"--reference takes a method of this run: {', '.join(refs)}")
         exp.reference = match[0]
     out = Path(args.out) if args.out else Path("margindist-results") / (exp.name + ("-quick" if exp.quick else ""))
-    return _execute(args, exp, out, strict=False)
+    # the preset is the experiment; --datasets / --methods / --reference / --repeats choose what of it
+    # this run computes and shows, so they do not make the directory another experiment's
+    description = {"command": "reproduce", "preset": args.preset, "quick": exp.quick,
+                   "protocol": _protocol_identity(exp.protocol)}
+    what = f"reproduce {args.preset}{' --quick' if exp.quick else ''}"
+    return _execute(args, exp, out, strict=False, description=description, what=what)
 
 
 # ---------------------------------------------------------------------- bench
@@ -224,6 +338,7 @@ def _parse_protocol(text: str, args):
 
     from .experiments.presets import PRESETS, get_preset
     from .experiments.protocols import Protocol
+    from .experiments.registry import did_you_mean
 
     kw = {}
     if args.scaling is not None:
@@ -251,7 +366,8 @@ def _parse_protocol(text: str, args):
             return Protocol("kfold", n_folds=int(parts[1]) if len(parts) == 2 else 5, **kw)
     except ValueError as exc:
         raise UsageError(f"bad --protocol {text!r}: {exc}") from None
-    raise UsageError(f"unknown --protocol {text!r}; use random[:TRAIN_FRACTION], half, fixed:N_TRAIN:N_TEST, "
+    hint = did_you_mean(text, ["random", "half", "fixed", "kfold", *PRESETS])
+    raise UsageError(f"unknown --protocol {text!r}{hint}; use random[:TRAIN_FRACTION], half, fixed:N_TRAIN:N_TEST, "
                      f"kfold[:K] or a preset name ({', '.join(PRESETS)})")
 
 
@@ -271,15 +387,22 @@ def _grid_values(method, key, v):
 
 
 def _parse_grid(text, methods):
+    from .experiments.registry import did_you_mean
+
     if not text:
         return {}
     try:
         grid = json.loads(Path(text[1:]).read_text() if text.startswith("@") else text)
     except (json.JSONDecodeError, OSError) as exc:
-        raise UsageError(f"--param-grid is not valid JSON (or @FILE): {exc}") from None
+        raise UsageError(f"--param-grid is not valid JSON (or @FILE, or preset:NAME): {exc}") from None
     if not isinstance(grid, dict):
-        raise UsageError("--param-grid must be a JSON object")
-    per_method = bool(grid) and all(k in methods and isinstance(v, dict) for k, v in grid.items())
+        raise UsageError("--param-grid must be a JSON object: {\"method\": {\"param\": values}} or {\"param\": values}")
+    per_method = bool(grid) and all(isinstance(v, dict) and "scaled" not in v for v in grid.values())
+    if per_method:
+        for k in grid:
+            if k not in methods:
+                raise UsageError(f"--param-grid has a grid for {k!r}{did_you_mean(k, methods)}, which is not one of "
+                                 f"--methods ({', '.join(methods)}); key the grids by those names")
     out = {}
     for m in methods:
         g = grid.get(m, {}) if per_method else grid
@@ -287,9 +410,88 @@ def _parse_grid(text, methods):
     return out
 
 
+def _preset_grids(name, methods, kernel):
+    """``--param-grid preset:NAME``: the grid of each method that the preset runs, and the kernel."""
+    from .experiments.presets import UnknownPresetError, get_preset, preset_method_run
+
+    try:
+        preset = get_preset(name)
+    except UnknownPresetError as exc:
+        raise UsageError(f"--param-grid preset:{name}: {exc}") from None
+    runs = {m: preset_method_run(name, m) for m in methods}
+    runs = {m: r for m, r in runs.items() if r is not None}
+    if not runs:
+        have = ", ".join(sorted({r.method for r in preset.methods}))
+        raise UsageError(f"--param-grid preset:{name} has no grid for any of --methods ({', '.join(methods)}); "
+                         f"the preset runs {have}")
+    kernels = sorted({r.kernel for r in runs.values()})
+    if kernel is None and len(kernels) == 1:
+        kernel = kernels[0]
+    bad = [m for m, r in runs.items() if r.kernel != (kernel or "linear")]
+    if bad:
+        want = runs[bad[0]].kernel
+        raise UsageError(f"--param-grid preset:{name} has {want}-kernel grids ({', '.join(bad)}) but this run uses "
+                         f"--kernel {kernel or 'linear'}; add --kernel {want}, or use a preset of the "
+                         f"{kernel or 'linear'} kernel")
+    return {m: dict(r.grid) for m, r in runs.items()}, kernel or "linear"
+
+
+def _bench_grids(args, methods):
+    """(kernel, grids, notes per method, warnings): where each method's grid comes from.
+
+    ``--param-grid`` JSON / @FILE / ``preset:NAME``; with ``--cv K``, a method left without a
+    grid searches its paper grid (:func:`margindist.experiments.presets.paper_grid`); else no
+    search, with a warning for the methods that have something to tune.
+    """
+    from .experiments.presets import paper_grid, paper_grid_source
+
+    text, kernel = args.param_grid, args.kernel
+    notes, warns = {}, []
+    if text and text.startswith("preset:"):
+        name = text.split(":", 1)[1]
+        grids, kernel = _preset_grids(name, methods, kernel)
+        for m in grids:
+            notes[m] = f"Grid of preset {name}"
+        source = f"preset {name}"
+    elif text:
+        grids = _parse_grid(text, methods)
+        source = "--param-grid"
+    else:
+        grids, source = {}, None
+    kernel = kernel or "linear"
+    if args.cv is not None:
+        for m in methods:
+            if not grids.get(m):
+                grids[m] = paper_grid(m, kernel)
+                if grids[m]:
+                    notes[m] = f"Paper grid (preset {paper_grid_source(m, kernel)}), chosen by {args.cv}-fold CV"
+    untuned = [m for m in methods if not grids.get(m) and paper_grid(m, kernel)]
+    for m in untuned:
+        notes[m] = "Untuned: the estimator's default hyperparameters"
+    if untuned:
+        where = f" ({source} has no grid for {'it' if len(untuned) == 1 else 'them'})" if source else ""
+        warns.append(f"{', '.join(untuned)} {'runs' if len(untuned) == 1 else 'run'} untuned, with default "
+                     f"hyperparameters{where}: the comparison may not be fair. To tune, add --cv K (a method "
+                     "without a grid then searches its paper grid), or give grids with --param-grid preset:NAME "
+                     "(a paper's grids) or --param-grid JSON")
+    if args.cv is not None and not any(_n_points(g) > 1 for g in grids.values()):
+        warns.append(f"--cv {args.cv} has no effect: no method has a grid to search")
+    return kernel, grids, notes, warns
+
+
+def _n_points(grid) -> int:
+    from .experiments.search import Scaled
+
+    n = 1
+    for v in grid.values():
+        n *= len(v.factors) if isinstance(v, Scaled) else len(v)
+    return n
+
+
 def _bench_datasets(names, data_dir):
     from .datasets import list_datasets
     from .experiments.protocols import parse_dataset
+    from .experiments.registry import did_you_mean
 
     valid = {r["name"] for r in list_datasets(data_dir)}
     specs = []
@@ -299,36 +501,52 @@ def _bench_datasets(names, data_dir):
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         if spec.loader_name not in valid and not Path(spec.loader_name).is_file():
-            raise UsageError(f"unknown dataset {spec.loader_name!r}; valid datasets: {', '.join(sorted(valid))} "
-                             "(or a file path; NAME:LABEL[+LABEL] for a one-vs-rest task)")
+            raise UsageError(f"unknown dataset {spec.loader_name!r}{did_you_mean(spec.loader_name, valid)}; valid "
+                             f"datasets: {', '.join(sorted(valid))} (or a file path; NAME:LABEL[+LABEL] for a "
+                             "one-vs-rest task)")
         specs.append(spec)
     return specs
 
 
 def _cmd_bench(args) -> int:
-    from .experiments.registry import UnknownMethodError, get_method
+    from .experiments.registry import UnknownMethodError, did_you_mean, get_method
     from .experiments.runner import Experiment, MethodRun
 
-    datasets = _bench_datasets(_split_list(args.datasets), args.data_dir)
-    methods = _split_list(args.methods)
+    dataset_names, methods = _split_list(args.datasets), _split_list(args.methods)
+    if not dataset_names:
+        raise UsageError("--datasets is required: name the datasets to compare on, e.g. --datasets heart sonar "
+                         "(`margindist datasets --names` lists them)")
+    if not methods:
+        raise UsageError("--methods is required: name the methods to compare, e.g. --methods svm lssvm odm "
+                         "(`margindist methods` lists them)")
+    datasets = _bench_datasets(dataset_names, args.data_dir)
     for m in methods:
         try:
             get_method(m)
         except UnknownMethodError as exc:
             raise UsageError(str(exc)) from None
-    if len(set(methods)) != len(methods):
-        raise UsageError("a method is listed twice in --methods")
+    twice = sorted({m for m in methods if methods.count(m) > 1})
+    if twice:
+        raise UsageError(f"{', '.join(twice)} listed twice in --methods; list each method once")
     protocol = _parse_protocol(args.protocol, args)
-    grids = _parse_grid(args.param_grid, methods)
-    runs = [MethodRun(m, m, args.kernel, grids.get(m, {})) for m in methods]
+    kernel, grids, notes, warns = _bench_grids(args, methods)
+    runs = [MethodRun(m, m, kernel, grids.get(m, {}), note=notes.get(m, "")) for m in methods]
     ref = args.reference
     if ref is not None and ref not in methods:
-        raise UsageError(f"--reference {ref!r} is not one of --methods ({', '.join(methods)})")
+        raise UsageError(f"--reference {ref!r}{did_you_mean(ref, methods)} is not one of --methods "
+                         f"({', '.join(methods)}); give one of them")
     exp = Experiment(name=args.name, protocol=protocol, datasets=datasets, methods=runs,
                      title="custom comparison", reference=ref if ref is not None else methods[0],
-                     metric=args.metric)
+                     metric=args.metric, notes=list(warns))
     out = Path(args.out) if args.out else Path("margindist-results") / args.name
-    return _execute(args, exp, out, strict=True)
+    # what gets computed: datasets, methods with their grids, protocol; not the number of repeats
+    # (which may be raised later), the order, the reference or the metric (ways of showing the results)
+    description = {"command": "bench", "name": exp.name, "protocol": _protocol_identity(protocol),
+                   "datasets": sorted(exp.datasets, key=lambda d: d.name),
+                   "methods": sorted((r.to_dict("") for r in runs), key=lambda r: r["label"])}
+    what = (f"bench {exp.name!r}: {', '.join(methods)} ({kernel}) on {', '.join(d.name for d in datasets)}, "
+            f"protocol {args.protocol}")
+    return _execute(args, exp, out, strict=True, description=description, what=what, warnings=warns)
 
 
 # ---------------------------------------------------------------------- parser
@@ -339,6 +557,16 @@ def _positive_int(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
+    return v
+
+
+def _cv_folds(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: inner CV needs at least 2 folds")
     return v
 
 
@@ -371,6 +599,11 @@ def _add_run_options(p):
     p.add_argument("--reference", default=None, metavar="METHOD", help="reference method of the t-tests")
 
 
+_OUT_EPILOG = ("The same --out resumes the run. An --out that holds a different experiment is refused; --force "
+               "replaces its report (and recomputes this experiment's stored results). Report files of the earlier "
+               "run that this run does not write again (figures of datasets no longer run) are removed.")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="margindist",
@@ -392,36 +625,42 @@ def build_parser() -> argparse.ArgumentParser:
         "reproduce", help="re-run one of the papers' experiment tables",
         description="Re-run a paper's table (see --list) on the datasets available offline; writes Markdown, "
                     "CSV and LaTeX tables and figures to --out and prints the table beside the paper's numbers.",
+        epilog=_OUT_EPILOG,
     )
     p.add_argument("preset", nargs="?", help="preset name (see --list)")
     p.add_argument("--list", action="store_true", help="list the presets")
     p.add_argument("--quick", action="store_true",
                    help="minutes-scale version: few splits, small grids, the main bundled datasets")
     _add_run_options(p)
-    p.set_defaults(func=_cmd_reproduce)
+    p.set_defaults(func=_cmd_reproduce, _parser=p)
 
     p = sub.add_parser(
         "bench", help="compare any methods on any datasets under a protocol",
         description="Any comparison grid. Example: margindist bench --datasets heart sonar --methods svm lssvm "
                     "mamc --protocol random:0.8 --repeats 10 --param-grid '{\"svm\": {\"C\": \"pow2:-4:4:2\"}, "
                     "\"lssvm\": {\"C\": [0.1, 1, 10]}}'",
+        epilog=_OUT_EPILOG,
     )
     _add_run_options(p)
     p.add_argument("--protocol", default="random",
                    help="random[:TRAIN_FRACTION] (default 0.8), half, fixed:N_TRAIN:N_TEST, kfold[:K], "
                         "or a preset name to use its protocol")
-    p.add_argument("--kernel", default="linear", help="kernel for every method (linear, rbf, ...)")
+    p.add_argument("--kernel", default=None,
+                   help="kernel for every method (linear, rbf, ...; default linear, or the kernel of "
+                        "--param-grid preset:NAME)")
     p.add_argument("--scaling", choices=["minmax", "standard", "none"], default=None,
                    help="preprocessing fitted on the training part (default minmax)")
     p.add_argument("--bias", action="store_true", help="append a constant-1 feature after scaling")
-    p.add_argument("--cv", type=int, default=None, metavar="K", help="inner CV folds (default 5)")
+    p.add_argument("--cv", type=_cv_folds, default=None, metavar="K",
+                   help="inner CV folds (default 5); without --param-grid, each method's paper grid is searched")
     p.add_argument("--seed", type=int, default=None, help="master seed (default 0)")
     p.add_argument("--param-grid", default=None, metavar="JSON",
                    help="grids: {\"method\": {\"param\": [values] | \"pow2:LO:HI[:STEP]\"}} or one "
-                        "{\"param\": ...} for all methods; @FILE reads the JSON from a file")
+                        "{\"param\": ...} for all methods; @FILE reads the JSON from a file; preset:NAME takes "
+                        "the grids of a reproduce preset for the methods it runs")
     p.add_argument("--metric", choices=["accuracy", "error"], default="accuracy", help="table metric")
     p.add_argument("--name", default="bench", help="name of the experiment (title, default output dir)")
-    p.set_defaults(func=_cmd_bench)
+    p.set_defaults(func=_cmd_bench, _parser=p)
     return parser
 
 
@@ -438,7 +677,12 @@ def main(argv=None) -> int:
     try:
         return args.func(args)
     except UsageError as exc:
-        _err(str(exc))
+        sub = getattr(args, "_parser", None)
+        if sub is None:
+            _err(str(exc))
+        else:  # argparse's own style: the command's usage, then "margindist bench: error: ..."
+            sub.print_usage(sys.stderr)
+            sys.stderr.write(f"{sub.prog}: error: {exc}\n")
         return EXIT_USAGE
     except KeyboardInterrupt:
         _err("interrupted.")

@@ -23,10 +23,12 @@ from __future__ import annotations
 import numpy as np
 
 from .protocols import DatasetSpec, Protocol
+from .registry import did_you_mean
 from .runner import Experiment, MethodRun
 from .search import Scaled, pow2
 
-__all__ = ["PRESETS", "get_preset", "list_presets", "UnknownPresetError"]
+__all__ = ["PRESETS", "UnknownPresetError", "get_preset", "list_presets", "paper_grid", "paper_grid_source",
+           "preset_method_run"]
 
 
 class UnknownPresetError(KeyError):
@@ -397,5 +399,65 @@ def get_preset(name: str, quick: bool = False) -> Experiment:
     try:
         builder = PRESETS[name][0]
     except KeyError:
-        raise UnknownPresetError(f"unknown preset {name!r}; valid presets: {', '.join(PRESETS)}") from None
+        raise UnknownPresetError(f"unknown preset {name!r}{did_you_mean(name, PRESETS)}; valid presets: "
+                                 f"{', '.join(PRESETS)}") from None
     return builder(quick)
+
+
+# ---------------------------------------------------------------------- grids per method
+def _norm(text: str) -> str:
+    return "".join(ch for ch in text.lower() if ch.isalnum())
+
+
+def preset_method_run(name: str, method: str, quick: bool = False) -> MethodRun | None:
+    """The run of registry method ``method`` in preset ``name`` (None if the preset has none).
+
+    Where a preset runs a method several times (M3SVM, ISM3 and Weston-Watkins are all
+    ``m3svm``), the run whose label is the method's name is taken, else the first.
+    """
+    runs = [r for r in get_preset(name, quick=quick).methods if r.method == method]
+    if not runs:
+        return None
+    named = [r for r in runs if _norm(r.name) == _norm(method)]
+    return (named or runs)[0]
+
+
+#: Where each method's paper grid comes from, tried in order ({k}: the kernel); the method's own
+#: paper first, then the presets where it is a baseline.
+_GRID_SOURCES = ("msvmav-{k}", "ldm-{k}", "kmomd-raetsch", "m3svm", "margin-pursuit")
+_OWN_PAPER = {"kmomd": ("kmomd-raetsch",), "ldm": ("ldm-{k}",), "m3svm": ("m3svm",),
+              "margin_pursuit": ("margin-pursuit",), "pegasos": ("margin-pursuit",)}
+
+
+def paper_grid_source(method: str, kernel: str = "linear") -> str | None:
+    """The preset whose grid :func:`paper_grid` returns for ``method`` (None: no preset runs it).
+
+    The method's own paper's preset first, then those where it is a baseline (MSVMAv, LDM,
+    KM-OMD, M3SVM, margin pursuit), with the same kernel; for a kernel no preset uses with
+    this method, the linear-kernel grid (no kernel-width grid).
+    """
+    order = _OWN_PAPER.get(method, ()) + _GRID_SOURCES
+    for k in (kernel, "linear") if kernel != "linear" else (kernel,):
+        for template in order:
+            name = template.format(k=k)
+            if name not in PRESETS:
+                continue
+            run = preset_method_run(name, method)
+            if run is not None and run.kernel == k:
+                return name
+    return None
+
+
+def paper_grid(method: str, kernel: str = "linear", quick: bool = False) -> dict:
+    """The hyperparameter grid of ``method`` as the papers' presets search it (one source of truth).
+
+    Parameter -> tuple of values or :class:`~margindist.experiments.search.Scaled`, taken from
+    the preset :func:`paper_grid_source` names (``quick=True``: its quick version). ``{}`` when
+    no preset runs the method, or where it has no hyperparameter to search (MAMC, margin
+    pursuit and Pegasos at the paper's fixed lam).
+    """
+    source = paper_grid_source(method, kernel)
+    if source is None:
+        return {}
+    run = preset_method_run(source, method, quick=quick)
+    return dict(run.grid) if run is not None else {}

@@ -36,6 +36,7 @@ __all__ = [
     "MethodInfo",
     "SVRClassifier",
     "UnknownMethodError",
+    "did_you_mean",
     "estimator_margins",
     "get_method",
     "list_methods",
@@ -396,12 +397,26 @@ def list_methods() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def did_you_mean(word, choices) -> str:
+    """`` (did you mean 'x'?)`` for the choices closest to ``word`` (case-insensitive), else ``""``."""
+    import difflib
+
+    by_lower = {}
+    for c in choices:
+        by_lower.setdefault(str(c).lower(), str(c))
+    close = difflib.get_close_matches(str(word).lower(), list(by_lower), n=2, cutoff=0.6)
+    if not close:
+        return ""
+    return " (did you mean " + " or ".join(repr(by_lower[c]) for c in close) + "?)"
+
+
 def get_method(name: str) -> MethodInfo:
     try:
         return _REGISTRY[name]
     except KeyError:
         raise UnknownMethodError(
-            f"unknown method {name!r}; valid methods: {', '.join(list_methods())}"
+            f"unknown method {name!r}{did_you_mean(name, list_methods())}; valid methods: "
+            f"{', '.join(list_methods())}"
         ) from None
 
 
