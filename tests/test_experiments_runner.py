@@ -296,3 +296,20 @@ def test_test_margins_are_stored_beside_training_margins(serial_run):
         # quantiles at i / (n - 1) of n margins are the sorted margins: the negative ones are the errors
         assert np.mean(tm < 0) == pytest.approx(1 - r["score"], abs=1.0 / n_test)
     assert not any("test_margins" in r["info"] for r in outcome.records if r["split"] != 0)
+
+
+def test_cli_test_option_reaches_the_report(tmp_path, capsys):
+    from margindist.cli import main
+
+    common = ["bench", "--datasets", "heart", "sonar", "--methods", "mamc", "lssvm", "svm", "--repeats", "3",
+              "--quiet", "--out", str(tmp_path)]
+    assert main(common + ["--test", "corrected-t"]) == 0
+    report = (tmp_path / "report.md").read_text()
+    assert "Nadeau–Bengio corrected resampled t-test" in report and "## Over the datasets" in report
+    assert "Friedman: χ²_F" in report and (tmp_path / "cd_diagram.pdf").exists()
+    assert "Nadeau–Bengio" in capsys.readouterr().out
+    # the default is the papers' paired t-test; the stored results are reused (statistics only)
+    assert main(common) == 0
+    assert "two-sided paired t-test over the splits" in (tmp_path / "report.md").read_text()
+    assert "18 evaluations stored for this table, 0 computed in this run" in (tmp_path / "report.md").read_text()
+    assert main(common + ["--test", "z"]) == 2

@@ -127,6 +127,8 @@ def _execute(args, exp, out_dir: Path, strict: bool) -> int:
     from .experiments.runner import run_experiment
 
     _check_parallel(args)
+    if getattr(args, "test", None):
+        exp.test = args.test
     argv = getattr(args, "argv", None) or []
     command = "margindist " + " ".join(shlex.quote(a) for a in argv) if argv else None
     if exp.quick:
@@ -365,6 +367,9 @@ def _add_run_options(p):
                    help="seconds between progress lines when stderr is not a terminal (default 30)")
     p.add_argument("--data-dir", default=None, metavar="DIR", help="extra data directory searched first")
     p.add_argument("--reference", default=None, metavar="METHOD", help="reference method of the t-tests")
+    p.add_argument("--test", choices=["paired-t", "corrected-t"], default=None,
+                   help="test against the reference on each dataset: the papers' paired t-test (default) or "
+                        "the Nadeau-Bengio corrected resampled t-test")
 
 
 def build_parser() -> argparse.ArgumentParser:
