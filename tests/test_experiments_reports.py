@@ -193,6 +193,7 @@ def test_write_reports_files_and_index(tmp_path):
     rows = list(csv.DictReader(open(tmp_path / "summary.csv")))
     r = next(r for r in rows if r["dataset"] == "sonar" and r["method"] == "C")
     assert float(r["mean"]) == summary.cell("sonar", "C").mean and r["mark"] == "○"
+    assert r["test"] == "paired-t"
     assert float(r["pvalue"]) < 0.05
 
 
@@ -233,7 +234,7 @@ def test_multi_dataset_section_in_report(tmp_path):
     from scipy import stats as sps
 
     exp = _experiment()
-    summary, files = write_reports(exp, plan_experiment(exp), _records(), tmp_path)
+    _, files = write_reports(exp, plan_experiment(exp), _records(), tmp_path)
     names = {n for n, _ in files}
     assert {"cd_diagram.png", "cd_diagram.pdf", "table_ours.tex", "train_time.pdf", "margins_heart.pdf"} <= names
     report = (tmp_path / "report.md").read_text()

@@ -118,8 +118,7 @@ def plot_critical_difference(avg_ranks, cd: float | None, ax=None, *, names=None
         for i, m in enumerate(side):
             y = (i + 1) * row
             ax.plot([r[m], r[m], x_end], [0, y, y], color="k", linewidth=0.8)
-            ax.text(x_end, y, f" {names[m]} ({r[m]:.2f}) " if ha == "left" else f" {names[m]} ({r[m]:.2f}) ",
-                    ha=ha, va="center", fontsize="small")
+            ax.text(x_end, y, f" {names[m]} ({r[m]:.2f}) ", ha=ha, va="center", fontsize="small")
     if cd is not None and np.isfinite(cd) and cd > 0:
         ax.plot([hi, hi - cd], [-0.45, -0.45], color="k", linewidth=1.5)
         for x in (hi, hi - cd):

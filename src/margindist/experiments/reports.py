@@ -663,7 +663,7 @@ def margin_table(summary: Summary) -> str:
 def summary_csv(summary: Summary) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    cols = ["dataset", "method", "metric", "n", "mean", "std", "se", "reference", "outcome", "mark", "pvalue",
+    cols = ["dataset", "method", "metric", "n", "mean", "std", "se", "reference", "test", "outcome", "mark", "pvalue",
             "mean_diff_accuracy", "paper", "paper_pm", "fit_time", "predict_time", "cv_time", "params",
             "margin_mean", "margin_std", "margin_semivariance", "margin_bound_term", "failed"]
     w.writerow(cols)
@@ -673,7 +673,7 @@ def summary_csv(summary: Summary) -> str:
             entry = summary.paper.get(d, {}).get(m)
             pv, pp = (entry if isinstance(entry, (tuple, list)) else (entry, None)) if entry is not None else (None, None)
             w.writerow([d, m, summary.metric, c.n, repr(c.mean), repr(c.std), repr(c.se), summary.reference or "",
-                        c.outcome, c.mark, repr(c.pvalue), repr(c.mean_diff), "" if pv is None else repr(float(pv)),
+                        summary.test if summary.reference else "", c.outcome, c.mark, repr(c.pvalue), repr(c.mean_diff), "" if pv is None else repr(float(pv)),
                         "" if pp is None else repr(float(pp)), repr(c.fit_time), repr(c.predict_time),
                         repr(c.cv_time), c.params, *(repr(c.margin.get(k, float("nan"))) for k in
                                                      ("mean", "std", "semivariance", "bound_term")), c.n_failed])
