@@ -2,9 +2,11 @@
 median-of-first-choices rule, and the scikit-learn baselines of the registry."""
 
 import dataclasses
+import time
 
 import numpy as np
 import pytest
+from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.svm import SVC, LinearSVC, LinearSVR
 
 from margindist.experiments import (
@@ -237,3 +239,77 @@ def test_every_preset_plans_strictly(quick):
     assert protocols["margin-pursuit"].n_repeats == 25
     grid = get_preset("msvmav-linear").methods[0].grid
     assert len(grid["alpha"]) == len(grid["beta"]) == 11 and min(grid["alpha"]) == 2.0**-10
+
+
+# ---------------------------------------------------------------------- warm-up, test margins
+class _SlowFirstFit(ClassifierMixin, BaseEstimator):
+    """Its first fit in a process takes 0.4 s longer (like a numba compilation); records fit sizes."""
+
+    fits: list = []
+
+    def __init__(self, C=1.0):
+        self.C = C
+
+    def fit(self, X, y):
+        if not _SlowFirstFit.fits:
+            time.sleep(0.4)
+        _SlowFirstFit.fits.append(X.shape[0])
+        self.classes_ = np.unique(y)
+        return self
+
+    def predict(self, X):
+        return np.full(X.shape[0], self.classes_[0])
+
+
+def test_first_fit_is_an_untimed_warm_up(monkeypatch):
+    from margindist.experiments import runner
+
+    monkeypatch.setattr(runner, "_WARMED", set())
+    monkeypatch.setattr(_SlowFirstFit, "fits", [])
+    monkeypatch.setitem(registry._REGISTRY, "slowfirst",
+                        MethodInfo("slowfirst", "test double", family="scikit-learn",
+                                   builder=lambda kernel, params, rs: _SlowFirstFit(**params)))
+    exp = small_experiment(methods=[MethodRun("slowfirst", "S", grid={"C": (0.1, 1.0)})],
+                           datasets=[DatasetSpec("heart")], reference=None)
+    recs = [execute_task(t) for t in plan_experiment(exp).first_phase_tasks()]
+    assert [r["status"] for r in recs] == ["ok", "ok"]
+    first, second = recs
+    # the slow fit happened in the warm-up, on a tiny problem (8 rows per class), not in CV or the timed fit
+    assert first["info"]["warmup_time"] >= 0.4 and "warmup_time" not in second["info"]
+    assert _SlowFirstFit.fits[0] == 2 * runner.WARMUP_ROWS
+    assert first["fit_time"] < 0.2 and first["cv_time"] < 0.3
+    # one warm-up per configuration and process: other fixed settings warm up again
+    exp2 = small_experiment(methods=[MethodRun("slowfirst", "S2", fixed={"C": 3.0})],
+                            datasets=[DatasetSpec("heart")], reference=None)
+    rec = execute_task(plan_experiment(exp2).first_phase_tasks()[0])
+    assert "warmup_time" in rec["info"] and len(runner._WARMED) == 2
+
+
+def test_test_margins_are_stored_beside_training_margins(serial_run):
+    outcome, _ = serial_run
+    split0 = [r for r in outcome.records if r["split"] == 0 and r["info"].get("margins")]
+    assert split0
+    for r in split0:
+        tm = np.asarray(r["info"]["test_margins"])
+        n_test = r["info"]["n_test"]
+        assert tm.size == min(n_test, 1000) and np.all(np.diff(tm) >= 0)
+        # quantiles at i / (n - 1) of n margins are the sorted margins: the negative ones are the errors
+        assert np.mean(tm < 0) == pytest.approx(1 - r["score"], abs=1.0 / n_test)
+    assert not any("test_margins" in r["info"] for r in outcome.records if r["split"] != 0)
+
+
+def test_cli_test_option_reaches_the_report(tmp_path, capsys):
+    from margindist.cli import main
+
+    common = ["bench", "--datasets", "heart", "sonar", "--methods", "mamc", "lssvm", "svm", "--repeats", "3",
+              "--quiet", "--out", str(tmp_path)]
+    assert main(common + ["--test", "corrected-t"]) == 0
+    report = (tmp_path / "report.md").read_text()
+    assert "Nadeau–Bengio corrected resampled t-test" in report and "## Over the datasets" in report
+    assert "Friedman: χ²_F" in report and (tmp_path / "cd_diagram.pdf").exists()
+    assert "Nadeau–Bengio" in capsys.readouterr().out
+    # the default is the papers' paired t-test; the stored results are reused (statistics only)
+    assert main(common) == 0
+    assert "two-sided paired t-test over the splits" in (tmp_path / "report.md").read_text()
+    assert "18 evaluations stored for this table, 0 computed in this run" in (tmp_path / "report.md").read_text()
+    assert main(common + ["--test", "z"]) == 2

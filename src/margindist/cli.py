@@ -215,6 +215,8 @@ def _execute(args, exp, out_dir: Path, strict: bool, description: dict, what: st
     from .experiments.store import StoreError
 
     _check_parallel(args)
+    if getattr(args, "test", None):
+        exp.test = args.test
     argv = getattr(args, "argv", None) or []
     command = "margindist " + " ".join(shlex.quote(a) for a in argv) if argv else None
     try:  # plan before touching --out: a run that cannot start leaves no directory behind
@@ -597,6 +599,9 @@ def _add_run_options(p):
                    help="seconds between progress lines when stderr is not a terminal (default 30)")
     p.add_argument("--data-dir", default=None, metavar="DIR", help="extra data directory searched first")
     p.add_argument("--reference", default=None, metavar="METHOD", help="reference method of the t-tests")
+    p.add_argument("--test", choices=["paired-t", "corrected-t"], default=None,
+                   help="test against the reference on each dataset: the papers' paired t-test (default) or "
+                        "the Nadeau-Bengio corrected resampled t-test")
 
 
 _OUT_EPILOG = ("The same --out resumes the run. An --out that holds a different experiment is refused; --force "

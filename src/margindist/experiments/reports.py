@@ -3,19 +3,28 @@
 The main table has the papers' layout: one row per dataset, one column per method, cells
 ``mean ± std (se)`` over the splits (se = std / sqrt(n), the standard error; the papers'
 ± values are sometimes one and sometimes the other, so both are given), a mark ● / ○ where
-the method is significantly better / worse than the reference method (two-sided paired
-t-test over the splits at 95 %), a W/T/L row counting those outcomes over the datasets,
-and the paper's number in a column beside ours where the preset has one.
+the method is significantly better / worse than the reference method (two-sided test over
+the splits at 95 %: the papers' paired t-test, or the Nadeau–Bengio corrected resampled
+t-test with ``Experiment(test="corrected-t")``), a W/T/L row counting those outcomes over the
+datasets, and the paper's number in a column beside ours where the preset has one.
+
+With at least two datasets and two methods the report compares the methods over the
+datasets (Demšar 2006): average ranks, Friedman's test with the Iman–Davenport F (three
+methods or more), Nemenyi's critical difference and Holm's procedure after it, a Wilcoxon
+signed-ranks test for every pair of methods, and the critical-difference diagram.
 
 Files written to the output directory (all atomically: a reader never sees half a file):
 
-* ``report.md``: everything below in one page (tables, skipped work, failures, times,
-  chosen hyperparameters, margin statistics, figures, notes);
-* ``table.md``, ``table.csv``, ``table.tex``: the main table;
+* ``report.md``: everything below in one page (tables, statistics over the datasets,
+  skipped work, failures, times, chosen hyperparameters, margin statistics, figures, notes);
+* ``table.md``, ``table.csv``: the main table; ``table.tex``: a compact LaTeX (booktabs)
+  version, best result per dataset in bold, the paper's columns grouped beside ours where
+  the preset has them (``table_ours.tex``: ours only);
 * ``summary.csv``: one row per (dataset, method) with every number, full precision;
 * ``results.csv``: one row per task (split) with score, times, chosen parameters;
-* ``margins_<dataset>.png``: cumulative distributions of the normalised training margins
-  (split 0), ``train_time.png``: mean training time per method and dataset;
+* figures, each as PNG and PDF: ``margins_<dataset>``: cumulative distributions of the
+  normalised training and test margins (split 0); ``train_time``: mean training time per
+  method and dataset (ms); ``cd_diagram``: the critical-difference diagram;
 * ``index.md``: the list of files.
 """
 
@@ -34,9 +43,24 @@ from pathlib import Path
 
 import numpy as np
 
-from .stats import paired_ttest, summarize, win_tie_loss
+from .stats import (
+    compare_splits,
+    friedman_from_ranks,
+    holm_test,
+    nemenyi_cd,
+    nemenyi_test,
+    rank_scores,
+    summarize,
+    wilcoxon_test,
+    win_tie_loss,
+)
 
-__all__ = ["Summary", "summarize_experiment", "write_reports", "markdown_table", "csv_table", "latex_table"]
+__all__ = ["MultiDatasetStats", "Summary", "summarize_experiment", "multi_dataset_stats", "write_reports",
+           "markdown_table", "csv_table", "latex_table", "multi_dataset_markdown"]
+
+#: Display names of the per-dataset tests.
+TEST_NAMES = {"paired-t": "two-sided paired t-test over the splits",
+              "corrected-t": "two-sided Nadeau–Bengio corrected resampled t-test over the splits"}
 
 MARK_BETTER, MARK_WORSE = "●", "○"
 
@@ -59,6 +83,7 @@ class Cell:
     params: str = ""
     margin: dict = field(default_factory=dict)
     margins: list | None = None  # split-0 training margins (quantiles)
+    test_margins: list | None = None  # split-0 test margins (quantiles)
     margin_note: str = ""
     n_failed: int = 0
     cv_failed: int = 0  # grid-point fits that raised during CV, over all splits
@@ -88,6 +113,8 @@ class Summary:
     paper_wtl: dict
     quick: bool = False
     skipped_pairs: dict = field(default_factory=dict)  # (dataset, method) -> reason
+    test: str = "paired-t"  # the per-dataset test of the marks and W/T/L
+    ratios: dict = field(default_factory=dict)  # dataset -> n_test / n_train of its splits
 
     def paper_methods(self) -> list:
         return [m for m in self.methods if any(m in self.paper.get(d, {}) for d in self.datasets)]
@@ -135,6 +162,7 @@ def summarize_experiment(exp, plan, records) -> Summary:
                 for r in ok:
                     if r["split"] == min(exp.margin_splits) and r["info"].get("margins"):
                         c.margins = r["info"]["margins"]
+                        c.test_margins = r["info"].get("test_margins")
                 notes = {r["info"].get("margin_note") for r in ok if r["info"].get("margin_note")}
                 c.margin_note = "; ".join(sorted(notes))
                 c.cv_failed = int(sum(r["info"].get("cv_failed", 0) for r in ok))
@@ -144,6 +172,8 @@ def summarize_experiment(exp, plan, records) -> Summary:
                 warns = [r["info"]["fit_warning"] for r in ok if r["info"].get("fit_warning")]
                 c.fit_warning = warns[0] if warns else ""
             cells[(d, m)] = c
+    test = getattr(exp, "test", "paired-t")
+    ratios = {d: _test_train_ratio(exp, d, by) for d in datasets} if test == "corrected-t" else {}
     wtl = {}
     if ref is not None:
         for d in datasets:
@@ -155,22 +185,189 @@ def summarize_experiment(exp, plan, records) -> Summary:
                 common = sorted(set(c.scores) & set(rc.scores))
                 a = [c.scores[s] for s in common]
                 b = [rc.scores[s] for s in common]
-                t = paired_ttest(a, b)
+                t = compare_splits(a, b, test, test_train_ratio=ratios.get(d))
                 c.outcome, c.pvalue, c.mean_diff = t.outcome, t.pvalue, t.mean_diff
         for m in methods:
             if m == ref:
                 continue
-            pairs = []
+            pairs, pair_ratios = [], []
             for d in datasets:
                 c, rc = cells[(d, m)], cells[(d, ref)]
                 if c.n and rc.n:
                     common = sorted(set(c.scores) & set(rc.scores))
                     pairs.append(([c.scores[s] for s in common], [rc.scores[s] for s in common]))
-            wtl[m] = win_tie_loss(pairs)
+                    pair_ratios.append(ratios.get(d))
+            wtl[m] = win_tie_loss(pairs, test=test, test_train_ratios=pair_ratios)
     labels = {ds.name: ds.display for ds in plan.datasets}
     skipped = {(d, m): why for d, m, why in plan.skipped_pairs}
     return Summary(exp.name, exp.title, exp.metric, ref, datasets, labels, methods, cells, wtl,
-                   exp.paper, exp.paper_wtl, exp.quick, skipped)
+                   exp.paper, exp.paper_wtl, exp.quick, skipped, test, ratios)
+
+
+def _test_train_ratio(exp, dataset: str, by: dict) -> float:
+    """n_test / n_train of a dataset's splits: from the stored records, else from the protocol."""
+    n_tr, n_te = [], []
+    for (d, _), recs in by.items():
+        if d != dataset:
+            continue
+        for r in recs:
+            info = r.get("info") or {}
+            if info.get("n_train") and info.get("n_test"):
+                n_tr.append(info["n_train"])
+                n_te.append(info["n_test"])
+    if n_tr:
+        return float(np.mean(n_te) / np.mean(n_tr))
+    p = exp.protocol
+    if p.scheme == "kfold":
+        return 1.0 / (p.n_folds - 1)
+    if p.scheme == "random" and isinstance(p.train_size, float) and 0 < p.train_size < 1:
+        test = p.test_size if isinstance(p.test_size, float) else 1.0 - p.train_size
+        return float(test / p.train_size)
+    raise ValueError(f"the corrected t-test needs n_test / n_train of the splits of {dataset!r}, which "
+                     "neither the results nor the protocol give.")
+
+
+# ---------------------------------------------------------------------- over the datasets
+@dataclass
+class MultiDatasetStats:
+    """Comparison of the methods over the datasets (Demšar 2006), from :func:`multi_dataset_stats`.
+
+    Scores are one number per dataset and method: the mean test accuracy over the splits
+    (ranked higher-is-better; for an error table the ranks are the same). Rank-based tests
+    use the datasets on which every method in ``methods`` has a result; Wilcoxon tests of a
+    pair use the datasets on which both have one.
+    """
+
+    methods: list  # methods in the rank tests
+    datasets: list  # datasets in the rank tests
+    dropped: list  # (dataset, methods without a result) left out of the rank tests
+    scores: np.ndarray | None = None  # (datasets, methods) mean accuracies
+    avg_ranks: dict = field(default_factory=dict)  # method -> average rank (1 = best)
+    friedman: object = None  # FriedmanResult, or None (see note)
+    cd: float = float("nan")  # Nemenyi critical difference at alpha
+    nemenyi: list = field(default_factory=list)  # RankComparison, all pairs
+    holm: list = field(default_factory=list)  # RankComparison, vs the control (or all pairs)
+    control: str | None = None
+    wilcoxon: dict = field(default_factory=dict)  # (a, b) -> WilcoxonResult (a better: outcome +1)
+    alpha: float = 0.05
+    notes: list = field(default_factory=list)  # why a test is not applicable
+
+    @property
+    def applicable(self) -> bool:
+        """At least 2 methods, and 2 datasets for the rank tests or one pair for a Wilcoxon test."""
+        return len(self.methods) >= 2 and (len(self.datasets) >= 2 or bool(self.wilcoxon))
+
+
+def multi_dataset_stats(summary: Summary, alpha: float = 0.05) -> MultiDatasetStats:
+    """Average ranks, Friedman / Iman–Davenport, Nemenyi, Holm and pairwise Wilcoxon tests.
+
+    Never raises for too few datasets or methods: the tests that do not apply are left empty
+    and ``notes`` says why (Friedman's test needs 3 methods and 2 datasets; with 2 methods the
+    Wilcoxon test is the comparison). Holm's procedure compares every method with the
+    reference method when there is one (Demšar's setting), else all pairs.
+    """
+
+    def acc(c):
+        return float(np.mean(list(c.scores.values()))) if c is not None and c.scores else float("nan")
+
+    have = [m for m in summary.methods if any(summary.cell(d, m) and summary.cell(d, m).n for d in summary.datasets)]
+    used, dropped = [], []
+    for d in summary.datasets:
+        missing = [m for m in have if not (summary.cell(d, m) and summary.cell(d, m).n)]
+        (dropped.append((d, missing)) if missing else used.append(d))
+    out = MultiDatasetStats(methods=have, datasets=used, dropped=dropped, alpha=alpha)
+    # pairwise Wilcoxon over the datasets both methods have
+    for i, a in enumerate(have):
+        for b in have[i + 1:]:
+            ds = [d for d in summary.datasets if summary.cell(d, a) and summary.cell(d, a).n
+                  and summary.cell(d, b) and summary.cell(d, b).n]
+            if len(ds) >= 2:
+                out.wilcoxon[(a, b)] = wilcoxon_test([acc(summary.cell(d, a)) for d in ds],
+                                                     [acc(summary.cell(d, b)) for d in ds], alpha)
+    if len(have) < 2:
+        out.notes.append("fewer than 2 methods with results: nothing to compare over the datasets")
+        return out
+    if len(used) < 2:
+        out.notes.append(f"fewer than 2 datasets on which all {len(have)} methods have results: no rank tests")
+        return out
+    out.scores = np.array([[acc(summary.cell(d, m)) for m in have] for d in used])
+    ranks = rank_scores(out.scores, higher_is_better=True).mean(axis=0)
+    out.avg_ranks = {m: float(r) for m, r in zip(have, ranks)}
+    k, n = len(have), len(used)
+    out.cd = nemenyi_cd(k, n, alpha)
+    out.nemenyi = nemenyi_test(ranks, n, alpha, names=have)
+    out.control = summary.reference if summary.reference in have else None
+    out.holm = holm_test(ranks, n, control=out.control, alpha=alpha, names=have)
+    if k < 3:
+        out.notes.append("Friedman's test needs at least 3 methods; with 2, the Wilcoxon signed-ranks test "
+                         "below is the comparison over the datasets")
+    else:
+        out.friedman = friedman_from_ranks(ranks, n)
+    return out
+
+
+def _p(v: float) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "nan"
+    return "< 0.0001" if v < 1e-4 else f"{v:.4f}"
+
+
+def multi_dataset_markdown(summary: Summary, ms: MultiDatasetStats, figure: str | None = None) -> str:
+    """The report's section on the comparison over the datasets (Markdown)."""
+    a = ms.alpha
+    lines = ["Scores: the mean test accuracy over the splits of each dataset; rank 1 = best on a dataset, "
+             "ties share the average rank (Demšar 2006, JMLR 7)."]
+    if ms.dropped:
+        lines.append("Left out of the rank tests (a method has no result there): "
+                     + "; ".join(f"{summary.labels.get(d, d)} ({', '.join(m)})" for d, m in ms.dropped) + ".")
+    lines.append("")
+    if ms.avg_ranks:
+        rows = sorted(ms.avg_ranks.items(), key=lambda kv: kv[1])
+        lines += [_simple_md(["method", "average rank"], [[m, f"{r:.3f}"] for m, r in rows]), ""]
+        k, n = len(ms.methods), len(ms.datasets)
+        f = ms.friedman
+        if f is not None:
+            verdict = "the methods differ" if f.iman_davenport_pvalue < a else "no significant difference"
+            lines.append(f"- Friedman: χ²_F = {f.statistic:.3f} ({f.df1} df), p = {_p(f.pvalue)}; Iman–Davenport "
+                         f"F_F = {f.iman_davenport:.3f} (F({f.df1}, {f.df2})), p = {_p(f.iman_davenport_pvalue)}: "
+                         f"{verdict} at α = {a:g} (k = {k} methods, N = {n} datasets).")
+        sig = [f"{c.a} vs {c.b}" for c in ms.nemenyi if c.reject]
+        lines.append(f"- Nemenyi: critical difference CD = {ms.cd:.3f} at α = {a:g}; pairs whose average ranks "
+                     f"differ by at least CD: {', '.join(sig) if sig else 'none'}.")
+        what = f"each method against {ms.control}" if ms.control else "all pairs"
+        lines += [f"- Holm's step-down procedure on the rank z statistics, {what} "
+                  f"(z = ΔR / √(k(k+1)/(6N))):", ""]
+        rows = [[c.a, c.b, f"{c.rank_diff:+.3f}", f"{c.z:+.3f}", _p(c.pvalue), _p(c.adjusted),
+                 "yes" if c.reject else "no"] for c in ms.holm]
+        lines += [_simple_md(["method", "vs", "ΔR", "z", "p", "Holm p", f"significant (α = {a:g})"], rows), ""]
+    for note in ms.notes:
+        lines.append(f"- Not applicable: {note}.")
+    if ms.notes:
+        lines.append("")
+    if ms.wilcoxon:
+        lines += [f"Wilcoxon signed-ranks test of every pair over the datasets both have (two-sided, α = {a:g}; "
+                  "R+: rank sum where the first method is better, T = min(R+, R-)):", ""]
+        rows = []
+        for (m1, m2), w in ms.wilcoxon.items():
+            verdict = f"{m1} better" if w.outcome > 0 else f"{m2} better" if w.outcome < 0 else "—"
+            rows.append([m1, m2, str(w.n), f"{w.r_plus:g}", f"{w.r_minus:g}", f"{w.statistic:g}", _p(w.pvalue),
+                         verdict])
+        lines += [_simple_md(["method", "vs", "N", "R+", "R-", "T", "p", "significant"], rows), ""]
+    if figure:
+        lines += [f"![critical-difference diagram]({figure})", ""]
+    return "\n".join(lines)
+
+
+def cd_figure(summary: Summary, ms: MultiDatasetStats, path: Path) -> list:
+    """The critical-difference diagram (PNG and PDF); [] when there are no average ranks."""
+    if not ms.avg_ranks:
+        return []
+    from .figures import plot_critical_difference, save_figure
+
+    ax = plot_critical_difference(ms.avg_ranks, ms.cd,
+                                  title=f"average ranks over {len(ms.datasets)} datasets, "
+                                        f"Nemenyi CD at α = {ms.alpha:g}")
+    return save_figure(ax.figure, path)
 
 
 # ---------------------------------------------------------------------- formatting
@@ -238,7 +435,7 @@ def legend(summary: Summary, exp=None) -> str:
             "(std/√n) in parentheses.")
     if summary.reference is not None:
         text += (f" {MARK_BETTER} / {MARK_WORSE}: significantly better / worse than the reference "
-                 f"{summary.reference} (two-sided paired t-test over the splits at the 95 % level). "
+                 f"{summary.reference} ({TEST_NAMES.get(summary.test, summary.test)} at the 95 % level). "
                  f"W/T/L vs {summary.reference}: number of datasets where the method is significantly "
                  "better / not significantly different / significantly worse.")
     if summary.paper_methods():
@@ -300,39 +497,124 @@ def _tex(s: str) -> str:
     return "".join(_TEX_ESC.get(ch, ch) for ch in str(s))
 
 
-def latex_table(summary: Summary, caption: str = "") -> str:
-    pm = set(summary.paper_methods())
-    cols = ["dataset"]
-    for m in summary.methods:
-        cols.append(_tex(_header_name(summary, m)))
-        if m in pm:
-            cols.append(_tex(f"{m} (paper)"))
-    lines = [r"\begin{table}[t]", r"\centering", r"\footnotesize"]
-    if caption:
-        lines.append(r"\caption{" + _tex(caption) + "}")
-    lines += [r"\begin{tabular}{l" + "c" * (len(cols) - 1) + "}", r"\toprule", " & ".join(cols) + r" \\",
-              r"\midrule"]
-    for d in summary.datasets:
-        row = [_tex(summary.labels.get(d, d))]
-        for m in summary.methods:
-            c = summary.cell(d, m)
-            if c is None or c.n == 0:
-                row.append("--")
-            else:
-                mark = {1: r" $\bullet$", -1: r" $\circ$"}.get(c.outcome, "")
-                row.append(f"${_num(c.mean)} \\pm {_num(c.std)}$ ({_num(c.se)}){mark}")
-            if m in pm:
-                t = _paper_text(summary, d, m)
-                row.append("$" + t.replace("±", r"\pm") + "$" if t else "")
-        lines.append(" & ".join(row) + r" \\")
+def _best(values: list, higher: bool, digits: int) -> set:
+    """Indices of the best values at the printed precision (ties: all of them)."""
+    shown = [None if v is None or math.isnan(v) else round(v, digits) for v in values]
+    ok = [v for v in shown if v is not None]
+    if not ok:
+        return set()
+    top = max(ok) if higher else min(ok)
+    return {i for i, v in enumerate(shown) if v == top}
+
+
+def latex_table(summary: Summary, caption: str = "", *, spread: str = "std", paper: str = "auto",
+                digits: int = 4, ranks: bool = True, label: str | None = None) -> str:
+    """The main table as a compact LaTeX table (booktabs), ready for a paper.
+
+    One row per dataset; our methods' columns first, then - grouped under their own header,
+    not interleaved - the paper's numbers where the preset has them. Each cell is the mean
+    over the splits in the table's metric, optionally with its spread in small type; the best
+    value of each row (highest accuracy / lowest error, at the printed precision) is bold,
+    separately among ours and among the paper's; $\\bullet$ / $\\circ$ mark a significant win /
+    loss against the reference. Below the datasets: W/T/L against the reference and (with
+    ``ranks``) the average rank over the datasets on which every method has a result.
+    Needs ``\\usepackage{booktabs}``.
+
+    Parameters
+    ----------
+    summary : Summary
+    caption : str
+        Caption text; a sentence describing the cells is appended.
+    spread : {"std", "se", "none"}
+        Standard deviation over the splits, standard error, or the mean alone.
+    paper : {"auto", "beside", "none"}
+        The paper's columns beside ours ("auto": when the preset has paper numbers) or ours only.
+    digits : int
+        Decimals of the means (and spreads).
+    ranks : bool
+        Add the average-rank row.
+    label : str, optional
+        ``\\label`` of the table.
+    """
+    if spread not in ("std", "se", "none"):
+        raise ValueError(f"spread must be 'std', 'se' or 'none'; got {spread!r}.")
+    if paper not in ("auto", "beside", "none"):
+        raise ValueError(f"paper must be 'auto', 'beside' or 'none'; got {paper!r}.")
+    higher = summary.metric == "accuracy"
+    ours = list(summary.methods)
+    pm = summary.paper_methods() if paper != "none" else []
+    fmt = f"{{:.{digits}f}}"
+    lines = [r"\begin{table}[t]", r"\centering", r"\small"]
+    what = "accuracy" if higher else "error"
+    note = f"Test {what}, mean over the splits"
+    if spread != "none":
+        note += " $\\pm$ " + ("standard deviation" if spread == "std" else "standard error")
+    note += "; the best per dataset in bold"
     if summary.reference is not None:
-        lines.append(r"\midrule")
-        row = [_tex(f"W/T/L vs {summary.reference}")]
-        for m in summary.methods:
-            row.append("--" if m == summary.reference else "/".join(map(str, summary.wtl.get(m, (0, 0, 0)))))
-            if m in pm:
-                row.append(_tex(summary.paper_wtl.get(m, "")))
+        note += (f"; $\\bullet$/$\\circ$: significantly better/worse than {_tex(summary.reference)} "
+                 f"({_tex(TEST_NAMES.get(summary.test, summary.test))}, 95\\%)")
+    if pm:
+        note += "; the paper's numbers on the right"
+    cap = (_tex(caption) + ". " if caption else "") + note + "."
+    lines.append(r"\caption{" + cap + "}")
+    if label:
+        lines.append(r"\label{" + _tex(label) + "}")
+    lines.append(r"\begin{tabular}{l" + "c" * len(ours) + ("c" * len(pm)) + "}")
+    lines.append(r"\toprule")
+    if pm:
+        a, b = 2, 1 + len(ours)
+        lines.append(r" & \multicolumn{" + str(len(ours)) + r"}{c}{Ours} & \multicolumn{" + str(len(pm))
+                     + r"}{c}{Paper} \\")
+        lines.append(rf"\cmidrule(lr){{{a}-{b}}} \cmidrule(lr){{{b + 1}-{b + len(pm)}}}")
+    lines.append(" & ".join(["Dataset"] + [_tex(m) for m in ours] + [_tex(m) for m in pm]) + r" \\")
+    lines.append(r"\midrule")
+    for d in summary.datasets:
+        cells = [summary.cell(d, m) for m in ours]
+        means = [c.mean if c is not None and c.n else None for c in cells]
+        best = _best(means, higher, digits)
+        row = [_tex(summary.labels.get(d, d))]
+        for i, c in enumerate(cells):
+            if c is None or not c.n:
+                row.append("--")
+                continue
+            text = fmt.format(c.mean)
+            text = r"\textbf{" + text + "}" if i in best else text
+            if spread != "none":
+                sv = c.std if spread == "std" else c.se
+                text += r"{\scriptsize $\pm$" + fmt.format(sv) + "}"
+            mark = {1: r"$^\bullet$", -1: r"$^\circ$"}.get(c.outcome, "")
+            row.append(text + mark)
+        pvals = []
+        for m in pm:
+            entry = summary.paper.get(d, {}).get(m)
+            pvals.append(None if entry is None else float(entry[0] if isinstance(entry, (tuple, list)) else entry))
+        pbest = _best(pvals, higher, digits)
+        for i, m in enumerate(pm):
+            t = _paper_text(summary, d, m)
+            if not t:
+                row.append("")
+                continue
+            v, _, pmv = t.partition(" ± ")
+            text = r"\textbf{" + v + "}" if i in pbest else v
+            if pmv and spread != "none":
+                text += r"{\scriptsize $\pm$" + pmv + "}"
+            row.append(text)
         lines.append(" & ".join(row) + r" \\")
+    foot = []
+    if summary.reference is not None:
+        row = [_tex(f"W/T/L vs {summary.reference}")]
+        row += ["--" if m == summary.reference else "/".join(map(str, summary.wtl.get(m, (0, 0, 0)))) for m in ours]
+        row += [_tex(summary.paper_wtl.get(m, "")) for m in pm]
+        foot.append(" & ".join(row) + r" \\")
+    if ranks:
+        ms = multi_dataset_stats(summary)
+        if ms.avg_ranks:
+            row = [f"Avg. rank ({len(ms.datasets)} datasets)"]
+            row += [f"{ms.avg_ranks[m]:.2f}" if m in ms.avg_ranks else "--" for m in ours] + [""] * len(pm)
+            foot.append(" & ".join(row) + r" \\")
+    if foot:
+        lines.append(r"\midrule")
+        lines += foot
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
     return "\n".join(lines) + "\n"
 
@@ -381,7 +663,7 @@ def margin_table(summary: Summary) -> str:
 def summary_csv(summary: Summary) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    cols = ["dataset", "method", "metric", "n", "mean", "std", "se", "reference", "outcome", "mark", "pvalue",
+    cols = ["dataset", "method", "metric", "n", "mean", "std", "se", "reference", "test", "outcome", "mark", "pvalue",
             "mean_diff_accuracy", "paper", "paper_pm", "fit_time", "predict_time", "cv_time", "params",
             "margin_mean", "margin_std", "margin_semivariance", "margin_bound_term", "failed"]
     w.writerow(cols)
@@ -391,7 +673,7 @@ def summary_csv(summary: Summary) -> str:
             entry = summary.paper.get(d, {}).get(m)
             pv, pp = (entry if isinstance(entry, (tuple, list)) else (entry, None)) if entry is not None else (None, None)
             w.writerow([d, m, summary.metric, c.n, repr(c.mean), repr(c.std), repr(c.se), summary.reference or "",
-                        c.outcome, c.mark, repr(c.pvalue), repr(c.mean_diff), "" if pv is None else repr(float(pv)),
+                        summary.test if summary.reference else "", c.outcome, c.mark, repr(c.pvalue), repr(c.mean_diff), "" if pv is None else repr(float(pv)),
                         "" if pp is None else repr(float(pp)), repr(c.fit_time), repr(c.predict_time),
                         repr(c.cv_time), c.params, *(repr(c.margin.get(k, float("nan"))) for k in
                                                      ("mean", "std", "semivariance", "bound_term")), c.n_failed])
@@ -420,52 +702,83 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
 
 
-def margin_figure(summary: Summary, dataset: str, path: Path) -> bool:
+def margin_figure(summary: Summary, dataset: str, path: Path) -> list:
+    """Write :func:`make_margin_figure` as PNG and PDF (``path``'s stem); returns the paths
+    ([] when no method has margins on this dataset)."""
+    from .figures import save_figure
+
+    fig = make_margin_figure(summary, dataset)
+    return [] if fig is None else save_figure(fig, path)
+
+
+def make_margin_figure(summary: Summary, dataset: str):
+    """Cumulative margin distributions on split 0: training margins, and test margins beside.
+
+    One panel per kind of margin (the test panel where test margins were stored), the same
+    colour for a method in both, one legend outside the axes. None without margins.
+    """
     from matplotlib.figure import Figure
 
     from ..plotting import plot_margin_cdf
+    from .figures import legend_outside
 
-    curves = {m: np.asarray(summary.cell(dataset, m).margins) for m in summary.methods
-              if summary.cell(dataset, m) is not None and summary.cell(dataset, m).margins}
-    if not curves:
-        return False
-    fig = Figure(figsize=(6.0, 4.2))
-    ax = fig.subplots()
-    plot_margin_cdf(curves, ax=ax, title=f"{summary.labels.get(dataset, dataset)}: training margins (split 0)")
-    fig.tight_layout()
-    _atomic_fig(fig, path)
-    return True
+    cells = [summary.cell(dataset, m) for m in summary.methods]
+    train = {c.method: np.asarray(c.margins) for c in cells if c is not None and c.margins}
+    test = {c.method: np.asarray(c.test_margins) for c in cells if c is not None and c.margins and c.test_margins}
+    if not train:
+        return None
+    panels = [("training margins", train)] + ([("test margins", test)] if test else [])
+    fig = Figure(figsize=(4.2 * len(panels) + 2.0, 3.8), layout="constrained")
+    axes = fig.subplots(1, len(panels), sharex=True, sharey=True, squeeze=False)[0]
+    colors = {m: f"C{i % 10}" for i, m in enumerate(summary.methods)}
+    for ax, (what, curves) in zip(axes, panels):
+        plot_margin_cdf(curves, ax=ax, title=what, show_stats=False)
+        for line in ax.get_lines():  # the same colour for a method in both panels
+            if line.get_label() in colors:
+                line.set_color(colors[line.get_label()])
+    for ax in axes[1:]:
+        ax.set_ylabel("")
+    fig.suptitle(f"{summary.labels.get(dataset, dataset)}: normalised margins (split 0)")
+    legend_outside(fig, axes)
+    return fig
 
 
-def time_figure(summary: Summary, path: Path) -> bool:
+def time_figure(summary: Summary, path: Path) -> list:
+    """Write :func:`make_time_figure` as PNG and PDF; returns the paths ([] without results)."""
+    from .figures import save_figure
+
+    fig = make_time_figure(summary)
+    return [] if fig is None else save_figure(fig, path)
+
+
+def make_time_figure(summary: Summary):
+    """Mean training time per split (ms, log scale), grouped bars per dataset, legend outside.
+
+    None without results.
+    """
     from matplotlib.figure import Figure
+
+    from .figures import legend_outside
 
     ds = summary.datasets
     ms = [m for m in summary.methods if any(summary.cell(d, m) and summary.cell(d, m).n for d in ds)]
     if not ds or not ms:
-        return False
-    fig = Figure(figsize=(max(6.0, 1.1 * len(ds) + 2), 4.2))
+        return None
+    fig = Figure(figsize=(max(6.0, 1.1 * len(ds) + 3.5), 4.2), layout="constrained")
     ax = fig.subplots()
     width = 0.8 / len(ms)
     x = np.arange(len(ds))
     for j, m in enumerate(ms):
-        vals = [summary.cell(d, m).fit_time if summary.cell(d, m) and summary.cell(d, m).n else np.nan for d in ds]
-        ax.bar(x + (j - (len(ms) - 1) / 2) * width, vals, width, label=m)
+        vals = [1e3 * summary.cell(d, m).fit_time if summary.cell(d, m) and summary.cell(d, m).n else np.nan
+                for d in ds]
+        ax.bar(x + (j - (len(ms) - 1) / 2) * width, vals, width, label=m, color=f"C{j % 10}")
     ax.set_yscale("log")
     ax.set_xticks(x, [summary.labels.get(d, d) for d in ds], rotation=30, ha="right")
-    ax.set_ylabel("mean training time per split (s)")
+    ax.set_ylabel("mean training time per split (ms)")
     ax.set_title("training time (final fit with the chosen hyperparameters)")
-    ax.legend(fontsize="small", ncol=2)
     ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
-    _atomic_fig(fig, path)
-    return True
-
-
-def _atomic_fig(fig, path: Path):
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, dpi=110, format=path.suffix.lstrip("."))
-    os.replace(tmp, path)
+    legend_outside(fig, [ax])
+    return fig
 
 
 def _atomic_write(path: Path, text: str):
@@ -548,21 +861,43 @@ def write_reports(exp, plan, records, out_dir, outcome=None, command=None):
     put("table.md", f"# {caption}\n\n" + (_quick_banner(exp) + "\n\n" if exp.quick else "") + table_md + "\n\n"
         + leg + "\n", "main table (Markdown)")
     put("table.csv", csv_table(summary), "main table (CSV, full precision; W/T/L in the 'mark' columns)")
-    put("table.tex", latex_table(summary, caption), "main table (LaTeX, booktabs)")
+    put("table.tex", latex_table(summary, caption),
+        "main table (LaTeX, booktabs; best per dataset in bold"
+        + ("; the paper's columns grouped beside ours)" if summary.paper_methods() else ")"))
+    if summary.paper_methods():
+        put("table_ours.tex", latex_table(summary, caption, paper="none"), "main table (LaTeX, ours only)")
     put("summary.csv", summary_csv(summary), "one row per dataset and method: every number of the report")
     put("results.csv", results_csv(records), "one row per split: accuracy, times, chosen hyperparameters")
 
     figs = []
+
+    def fig_files(paths, what):
+        for path in paths:
+            files.append((path.name, what + (" (PDF)" if path.suffix == ".pdf" else "")))
+        return [p.name for p in paths if p.suffix == ".png"]
+
     for d in summary.datasets:
-        name = f"margins_{_safe(d)}.png"
-        if margin_figure(summary, d, out_dir / name):
-            figs.append((name, f"cumulative margin distribution on {d} (training margins, split 0)"))
-    if time_figure(summary, out_dir / "train_time.png"):
-        figs.append(("train_time.png", "mean training time per method and dataset"))
-    files += figs
+        for name in fig_files(margin_figure(summary, d, out_dir / f"margins_{_safe(d)}.png"),
+                              f"cumulative margin distributions on {d} (training and test margins, split 0)"):
+            figs.append((name, f"cumulative margin distributions on {d} (training and test margins, split 0)"))
+    for name in fig_files(time_figure(summary, out_dir / "train_time.png"),
+                          "mean training time per method and dataset (ms)"):
+        figs.append((name, "mean training time per method and dataset (ms)"))
+    ms = multi_dataset_stats(summary)
+    cd_png = None
+    if ms.applicable:
+        for name in fig_files(cd_figure(summary, ms, out_dir / "cd_diagram.png"),
+                              "critical-difference diagram (average ranks over the datasets, Nemenyi CD)"):
+            cd_png = name
 
     lines = header_lines(exp, plan, outcome, command, records)
     lines += ["", "## Results", "", table_md, "", leg, ""]
+    if ms.applicable:
+        lines += ["## Over the datasets", "", multi_dataset_markdown(summary, ms, cd_png), ""]
+    else:
+        lines += ["## Over the datasets", "",
+                  f"Not applicable: the comparison over datasets needs at least 2 datasets and 2 methods with "
+                  f"results (here {len(ms.datasets) + len(ms.dropped)} dataset(s), {len(ms.methods)} method(s)).", ""]
     skipped = skipped_lines(exp, plan)
     if skipped:
         lines += ["## Not run", ""] + skipped + [""]
@@ -583,7 +918,9 @@ def write_reports(exp, plan, records, out_dir, outcome=None, command=None):
     if warn:
         lines += ["## Warnings", ""] + warn + [""]
     lines += ["## Time per split", "",
-              "Mean seconds per split: final fit / prediction on the test part (and the CV search).", "",
+              "Mean seconds per split: final fit / prediction on the test part (and the CV search). The first "
+              "fit of each method in a worker process is preceded by an untimed warm-up fit on a tiny problem, "
+              "so one-off costs (numba compilation, imports) are not in these numbers.", "",
               time_table(summary), "", "## Chosen hyperparameters", "",
               "Most frequent choice over the splits (with its count when the choice varied).", "",
               params_table(summary), "", "## Training margins", "",

@@ -9,8 +9,11 @@ result the moment it arrives and writes the reports.
 
 A task (:func:`execute_task`) is a pure function of its description: it loads the data,
 draws its split, scales on the training part, chooses hyperparameters by CV on the training
-part, refits, and measures accuracy, fit / predict time and the margin distribution. Its
-randomness derives from the master seed and its key only.
+part, refits, and measures accuracy, fit / predict time and the margin distribution (training
+and test margins). The first fit of a method configuration in a process is preceded by an
+untimed warm-up fit on a tiny problem (:func:`_warm_up`: numba compilation and other one-off
+costs stay out of the reported times). Its randomness derives from the master seed and its key
+only.
 """
 
 from __future__ import annotations
@@ -112,6 +115,10 @@ class Experiment:
 
     ``paper`` maps dataset name -> method label -> (value, plus-minus or None), in the
     table's ``metric``; ``paper_wtl`` maps method label -> the paper's win/tie/loss text.
+    ``test`` is the test of each method against the reference over the splits of a dataset
+    (the ● / ○ marks and W/T/L): "paired-t", the papers' paired t-test (the default), or
+    "corrected-t", the Nadeau–Bengio corrected resampled t-test (see
+    :mod:`margindist.experiments.stats`). It changes the statistics only, never a stored result.
     """
 
     name: str
@@ -128,6 +135,7 @@ class Experiment:
     notes: list = field(default_factory=list)
     quick: bool = False
     margin_splits: tuple = (0,)
+    test: str = "paired-t"
 
     def __post_init__(self):
         labels = [m.name for m in self.methods]
@@ -136,6 +144,10 @@ class Experiment:
             raise ValueError(f"duplicate method labels {dup}: give each MethodRun a unique label.")
         if self.metric not in ("accuracy", "error"):
             raise ValueError(f"metric must be 'accuracy' or 'error'; got {self.metric!r}.")
+        from .stats import TESTS
+
+        if self.test not in TESTS:
+            raise ValueError(f"test must be one of {TESTS}; got {self.test!r}.")
 
 
 @dataclass(frozen=True)
@@ -187,6 +199,44 @@ def _timed(fn):
     return out, time.perf_counter() - t0
 
 
+#: Warm-up keys of this process (see :func:`_warm_up`).
+_WARMED: set = set()
+#: Rows per class of the warm-up problem.
+WARMUP_ROWS = 8
+
+
+def _warm_up(build, params: dict, key: tuple, X, y) -> float | None:
+    """One untimed fit on a tiny problem, once per method configuration and process.
+
+    The first fit of a method in a process pays for one-off work that is no part of the
+    method's cost: numba compiles the solver's loops (seconds), modules are imported, caches
+    are filled. Timing that fit would make whichever split a process runs first look slow
+    and the reported times depend on the scheduling. So before the first timed fit (and the
+    CV search) of a configuration - method, kernel, fixed settings, dense / sparse input, its
+    dtype, binary / multi-class - this fits the estimator once on at most ``WARMUP_ROWS``
+    rows per class of the training part (same types, so the same compiled code). A failure
+    of the warm-up is ignored (the timed fit reports its own errors).
+
+    Returns the warm-up's seconds, or None when the configuration was already warm.
+    """
+    import scipy.sparse as sp
+
+    classes = np.unique(y)
+    full = key + (sp.issparse(X), str(X.dtype), classes.size > 2)
+    if full in _WARMED:
+        return None
+    _WARMED.add(full)
+    idx = np.sort(np.concatenate([np.flatnonzero(y == c)[:WARMUP_ROWS] for c in classes]))
+    t0 = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            build(params).fit(X[idx], y[idx])
+    except Exception:  # noqa: BLE001 - the timed fits report errors
+        pass
+    return time.perf_counter() - t0
+
+
 def execute_task(task: Task) -> dict:
     """Run one task; never raises (a failure is a record with status "error")."""
     from threadpoolctl import threadpool_limits
@@ -219,6 +269,10 @@ def _run_task(task: Task, rec: dict) -> None:
 
     extra = dict(data.meta)
     points = grid_points(grid)
+    warm = _warm_up(build, point_params(grid, points[0]) if grid else {},
+                    (run.method, run.kernel, repr(sorted(fixed.items()))), data.X_train, data.y_train)
+    if warm is not None:
+        extra["warmup_time"] = warm
     if task.choice is not None:
         choice = task.choice
         extra["choice_source"] = "given"
@@ -263,6 +317,10 @@ def _run_task(task: Task, rec: dict) -> None:
         if task.store_margins:
             q = np.linspace(0.0, 1.0, min(MARGIN_POINTS, margins.size))
             extra["margins"] = [float(v) for v in np.quantile(margins, q)]
+            test_m, _ = estimator_margins(est, data.X_test, data.y_test)
+            if test_m is not None and test_m.size and np.all(np.isfinite(test_m)):
+                q = np.linspace(0.0, 1.0, min(MARGIN_POINTS, test_m.size))
+                extra["test_margins"] = [float(v) for v in np.quantile(test_m, q)]
     elif why:
         extra["margin_note"] = why
     rec["info"] = extra
