@@ -113,7 +113,7 @@ class KMOMD(BaseMarginClassifier):
         (relative to their largest magnitude), like SVC's tol = 1e-3. Use 1e-8 or smaller
         for a solution accurate to rounding.
     max_iter : int, default=None
-        Cap on pair updates per binary problem; None means max(10^7, 100 m). A
+        Cap on pair updates per binary problem; None means max(10^6, 100 m). A
         ConvergenceWarning is raised when it is reached.
     cache_size : float, default=200
         MiB for the kernel-row cache (per binary problem). Rows are stored in float32 (as in
@@ -250,7 +250,7 @@ class KMOMD(BaseMarginClassifier):
         m = X.shape[0]
         init = warm if warm is not None and warm.shape == (m,) else None  # the previous gamma
         lam = float(self.lam)
-        max_iter = self.max_iter if self.max_iter is not None else max(10_000_000, 100 * m)
+        max_iter = self.max_iter if self.max_iter is not None else max(1_000_000, 100 * m)
         history_every = max(1, m)
         solver = self._resolve_solver(kernel)
         if lam == 1.0 and not kernel.is_linear:

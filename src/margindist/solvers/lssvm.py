@@ -96,6 +96,28 @@ def lssvm_kernel(spec: KernelSpec, X, y, sample_weight, C, *, solver="cholesky",
     return a * y, b, n_iter
 
 
+def _centred_ridge_solve(X, s, S, xbar, rhs, C):
+    """Solve (X_c^T S X_c + I / C) w = rhs by Cholesky.
+
+    Dense X is centred before the product (no cancellation between X^T S X and S xbar xbar^T,
+    which at large feature scales leaves a matrix that is not numerically positive definite);
+    sparse X keeps its sparsity and subtracts the rank-one term. Should the factorisation still
+    fail, a symmetric solver takes over.
+    """
+    dim = X.shape[1]
+    if sp.issparse(X):
+        A = np.asarray((X.T @ X.multiply(s[:, None]).tocsr()).toarray(), dtype=np.float64)
+        A -= S * np.outer(xbar, xbar)
+    else:
+        Xc = np.asarray(X, dtype=np.float64) - xbar
+        A = Xc.T @ (Xc * s[:, None])
+    A[np.diag_indices(dim)] += 1.0 / C
+    try:
+        return sla.cho_solve(sla.cho_factor(A, lower=True, check_finite=False), rhs, check_finite=False)
+    except np.linalg.LinAlgError:
+        return sla.solve(A, rhs, assume_a="sym", check_finite=False)
+
+
 def lssvm_linear(X, y, sample_weight, C, *, solver="cholesky", tol=1e-10, max_iter=None):
     """Weighted ridge form of the linear LS-SVM. Returns (w, b, n_iter)."""
     y = np.asarray(y, dtype=np.float64)
@@ -105,16 +127,8 @@ def lssvm_linear(X, y, sample_weight, C, *, solver="cholesky", tol=1e-10, max_it
     ybar = float(s @ y) / S
     r = s * (y - ybar)
     rhs = np.asarray(X.T @ r, dtype=np.float64).ravel() - xbar * r.sum()  # X_c^T S (y - ybar)
-    dim = X.shape[1]
     if solver == "cholesky":
-        if sp.issparse(X):
-            A = np.asarray((X.T @ X.multiply(s[:, None]).tocsr()).toarray(), dtype=np.float64)
-        else:
-            Xf = np.asarray(X, dtype=np.float64)
-            A = Xf.T @ (Xf * s[:, None])
-        A -= S * np.outer(xbar, xbar)
-        A[np.diag_indices(dim)] += 1.0 / C
-        w = sla.cho_solve(sla.cho_factor(A, lower=True, check_finite=False), rhs, check_finite=False)
+        w = _centred_ridge_solve(X, s, S, xbar, rhs, C)
         n_iter = 1
     else:
         counter = {"n": 0}

@@ -696,6 +696,10 @@ def _project(state):
         state.b *= state.radius / nrm
 
 
+#: Stochastic steps before the SGD stopping rule may end a run (fewer for tiny data: 50 passes).
+_MIN_STEPS_BEFORE_STOP = 1000
+
+
 def sgd_passes(X, y, sample_weight, state, *, n_passes, margin, lam, influence="catoni_giulini",
                batch_size=1, fit_intercept=True, average=False, rescale=True, rescale_after=1,
                rescale_quantile=0.75, delta=0.01, scale_factor=1.0, shuffle=True, tol=None,
@@ -704,8 +708,10 @@ def sgd_passes(X, y, sample_weight, state, *, n_passes, margin, lam, influence="
 
     Stopping (only with ``tol`` not None, scikit-learn's SGD rule): the mean objective estimate
     of a pass (examples' losses and the penalty at the time they were visited) failing to
-    improve on the best so far by ``tol`` for ``n_iter_no_change`` passes in a row. Returns
-    (passes run, converged).
+    improve on the best so far by ``tol`` for ``n_iter_no_change`` passes in a row. The rule
+    starts counting once min(1000, 50 n) steps are taken: on a handful of examples the mean of a
+    pass is too noisy to say that the iterate stopped improving (with two examples per class it
+    would stop, for some seeds, on a one-class iterate). Returns (passes run, converged).
     """
     kind = INFLUENCE_CODES[influence]
     y = np.ascontiguousarray(y, dtype=np.float64)
@@ -797,7 +803,7 @@ def sgd_passes(X, y, sample_weight, state, *, n_passes, margin, lam, influence="
                 log.info("margin pursuit SGD: scale re-estimated after %d passes: S = %.4g",
                          state.passes, state.scale)
             continue
-        if tol is not None:
+        if tol is not None and state.t - 1 >= min(_MIN_STEPS_BEFORE_STOP, 50 * n):
             if mean_obj > best - tol:
                 no_improve += 1
             else:
