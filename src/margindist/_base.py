@@ -349,7 +349,8 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
 
     def _check_useful(self, X, y_index, sw, scale_problem):
         """After a fit: ``predict`` gives finite values on (a sample of) the training rows and
-        does not put them all in one class (then a :class:`DegenerateModelWarning` says why)."""
+        predicts every class of them at least once (else a
+        :class:`~margindist.exceptions.DegenerateModelWarning` says which and why)."""
         rows = np.flatnonzero(sw > 0)
         rows = rows[np.unique(np.linspace(0, rows.size - 1, min(rows.size, 512)).astype(np.intp))]
         D = self._raw_decision(X[rows])
@@ -358,9 +359,10 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
                 f"{type(self).__name__} gives non-finite decision values on its own training data; "
                 "check the kernel (a callable kernel must return finite values) and the feature scale."
             )
-        predicted = np.unique(self.predict(X[rows]))
-        if predicted.size == 1 and np.unique(y_index[rows]).size > 1:
-            warn_degenerate(self, predicted[0], scale_problem)
+        predicted = np.searchsorted(self.classes_, np.unique(self.predict(X[rows])))
+        missing = np.setdiff1d(np.unique(y_index[rows]), predicted)
+        if missing.size:
+            warn_degenerate(self, self.classes_[missing], self.classes_[predicted], scale_problem)
 
     def _partial_fit_data(self, X, y, classes, sample_weight, first: bool):
         """The checks every ``partial_fit`` starts with; returns (X, y_index, sample_weight)

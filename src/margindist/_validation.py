@@ -174,17 +174,16 @@ def warn_feature_scale(estimator, X, *, rows: bool = True, columns: bool = True)
     return problem
 
 
-def warn_degenerate(estimator, label, scale_problem: str | None) -> None:
-    """Warn that ``estimator`` predicts only ``label`` on its training data, with the likely cause."""
+def warn_degenerate(estimator, missing, predicted, scale_problem: str | None) -> None:
+    """Warn that ``estimator`` never predicts the classes ``missing`` on its training data."""
     if scale_problem is not None:
         cause = f"the features are on an extreme scale ({scale_problem}): standardise them"
     else:
         cause = ("the regularisation is too strong for this data (see the estimator's regularisation "
                  "parameter), the classes are very imbalanced (try class_weight='balanced'), or the "
                  "solver stopped early (raise max_iter)")
-    warnings.warn(
-        f"{type(estimator).__name__} predicts the single class {_plain(label)!r} for every training example. "
-        f"Likely cause: {cause}.",
-        DegenerateModelWarning,
-        stacklevel=3,
-    )
+    what = (f"predicts the single class {_plain(predicted[0])!r} for every training example"
+            if predicted.size == 1 else
+            f"never predicts the class(es) {[_plain(c) for c in missing[:10]]} on its training data")
+    warnings.warn(f"{type(estimator).__name__} {what}. Likely cause: {cause}.",
+                  DegenerateModelWarning, stacklevel=3)
