@@ -284,7 +284,15 @@ class LDMLinearFactor:
         M = _weighted_gram(X, s, bias) * (c * S)
         M[np.diag_indices(M.shape[0])] += 1.0
         self.M = M
-        self.R = np.linalg.cholesky(M)
+        try:
+            self.R = np.linalg.cholesky(M)
+        except np.linalg.LinAlgError:
+            raise FloatingPointError(
+                "LDM (linear, solver='dcd'): the matrix I + c X^T S X is not numerically positive "
+                "definite: the features (beside the intercept's constant 1) are on too extreme a scale "
+                f"(largest diagonal entry {np.max(np.diag(M)):.3g}). Standardise the features, or use "
+                "solver='asgd'."
+            ) from None
         m, d = X.shape
         Xh = np.empty((m, d + 1))
         Xh[:, :d] = X.toarray() if sp.issparse(X) else X
