@@ -13,7 +13,8 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+if (ROOT / "src" / "margindist").is_dir():  # a checkout: document its sources
+    sys.path.insert(0, str(ROOT / "src"))
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 import margindist  # noqa: E402
