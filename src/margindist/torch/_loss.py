@@ -22,7 +22,7 @@ class ISM3Loss(torch.nn.Module):
     p : float, default=4
         Exponent p of the regulariser (paper searches 1..8).
     lam : float, default=1e-3
-        lambda of the paper. With ``reduction="mean"`` the cross-entropy is averaged over the
+        The paper's lambda. With ``reduction="mean"`` the cross-entropy is averaged over the
         batch, so this lam equals the paper's lam (whose data term is a sum over n samples)
         divided by the number of training samples. The authors' code (mean cross-entropy divided
         by K, ordered pairs, divided by the number n_all of all samples, test ones included)
