@@ -1,11 +1,14 @@
-"""ISM3 on a small neural network: cross-entropy with and without the M3SVM pairwise regulariser.
+"""
+ISM3 on a small neural network: cross-entropy with and without the M3SVM pairwise regulariser
+=============================================================================================
 
 Trains a two-layer MLP (64 -> 128 -> 10, ReLU) on scikit-learn's digits (8x8 images, 10 classes)
 with mini-batch Adam, once with plain cross-entropy and once with
 ``margindist.torch.ISM3Loss(p, lam)`` = cross-entropy + lam * sum_{k<l} ||w_k - w_l||^p on the
 final layer's weight, from the same initialisation and batch order, for several seeds. Prints
 train/test accuracy and the smallest pairwise class margin 2 / ||w_k - w_l|| of the final layer.
-CPU, about a minute at the defaults (``--seeds 1`` for a few seconds).
+CPU, about a minute at the defaults (``--seeds 1`` for a few seconds). Needs PyTorch
+(``pip install margindist[torch]``)::
 
     python examples/ism3_digits.py [--lam 1e-3] [--p 4] [--epochs 40] [--seeds 5]
 """

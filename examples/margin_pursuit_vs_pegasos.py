@@ -1,4 +1,6 @@
-"""Margin pursuit vs Pegasos: test error and margin distribution against the number of gradients.
+"""
+Margin pursuit vs Pegasos: test error and margin distribution against the number of gradients
+=============================================================================================
 
 Reproduces the paper's protocol (Holland, AISTATS 2019; see ``docs/experiments.md``) on data
 available offline. The paper's own datasets (covertype, MNIST, protein, SIDO) are not, so:
@@ -30,7 +32,7 @@ Recorded per pass: test error, the scale S of margin pursuit (the table's last c
 mean over trials; S_0 = sqrt(n / (2 log 100)) before the rescaling) and the statistics of the normalised training margins
 y f(x) / ||w|| (``margindist.metrics.margin_stats``; ||w|| without the intercept / constant
 feature). Output: a figure (test error; median and 5-95 % band of the training margins), a
-Markdown table of the final values (mean +- std over trials), and the numbers as JSON.
+Markdown table of the final values (mean +- std over trials), and the numbers as JSON::
 
     python examples/margin_pursuit_vs_pegasos.py                 # 25 trials (about a minute)
     python examples/margin_pursuit_vs_pegasos.py --trials 3      # quick look

@@ -20,7 +20,7 @@ class FMM(BaseMarginClassifier):
     A momentum method on the exponential loss whose normalised margin
     min_i y_i f(x_i) / ||w|| tends to the hard-margin SVM margin at rate ~1/t^2 on linearly
     separable data (normalised gradient descent: ~1/t). With z_i = y_i [x_i, 1] / R scaled to
-    norm <= 1, q_0 uniform and w_0 = g_{-1} = 0, for t = 0, ..., T - 1:
+    norm <= 1, q_0 uniform and w_0 = g_{-1} = 0, for t = 0, ..., T - 1::
 
         g_t = (t/(t+1)) (g_{t-1} + Z^T q_t),  w_{t+1} = w_t + theta (g_t + Z^T q_t),
         q_{t+1} = softmax(-Z w_{t+1})  (log-sum-exp with a max shift).
@@ -43,14 +43,14 @@ class FMM(BaseMarginClassifier):
     normalised margin (``margin_``) is then negative. This is how the MSVMAv paper uses it on
     its (mostly non-separable) benchmarks, with theta and T chosen by cross-validation.
 
-    The returned weights are normalised: the augmented vector (coef_ R, intercept_ R) has unit
-    norm, so decision values are normalised margins of the scaled data and one-vs-rest scores
+    The returned weights are normalised: the augmented vector (w R, b R), w = ``coef_``,
+    b = ``intercept_``, has unit norm, so decision values are normalised margins of the scaled data and one-vs-rest scores
     of different classes are comparable.
 
     Parameters
     ----------
     step : float, default=1.0
-        theta, the step size (paper grid {2^-10, 2^-8, ..., 2^0}; 1 is the theory setting).
+        The step size theta (paper grid {2^-10, 2^-8, ..., 2^0}; 1 is the theory setting).
     max_iter : int, default=400
         T, the number of iterations (paper grid {50, 100, 200, 400, 800, 1600}).
     tol : float or None, default=None
@@ -61,18 +61,28 @@ class FMM(BaseMarginClassifier):
     fit_intercept : bool, default=True
         Append the constant feature 1 (see above).
     class_weight : dict or "balanced", default=None
+        Multiplies the sample weights per class; ``"balanced"`` uses
+        n_samples / (n_classes * np.bincount(y)).
     multi_class : {"ovr", "ovo"}, default="ovr"
+        Reduction used for more than two classes: one-vs-rest or one-vs-one.
     n_jobs : int, default=None
+        Parallel sub-problems (joblib) for more than two classes.
     verbose : int, default=0
-
-    Sample weights s_i weight the exponential loss, sum_i s_i exp(-y_i f(x_i)): q_0 = s / sum(s)
-    and q_{t+1} is proportional to s_i exp(-<w, z_i>). Integer weights act exactly as
-    repeated rows. The hard margin itself ignores weights (it is a minimum); they shape the
-    path and hence the finite-T solution.
+        Log solver progress through the ``margindist`` logger (never prints).
 
     Attributes
     ----------
-    classes_, coef_, intercept_, weight_norm_, n_iter_
+    classes_ : ndarray of shape (n_classes,)
+        The class labels.
+    coef_ : ndarray of shape (n_problems, n_features)
+        Weight vectors; n_problems is 1 for two classes, else the number of one-vs-rest or
+        one-vs-one sub-problems.
+    intercept_ : ndarray of shape (n_problems,)
+        The weight of the appended constant feature.
+    weight_norm_ : ndarray of shape (n_problems,)
+        ||w||, the Euclidean norm of ``coef_``; the normaliser of :meth:`margins`.
+    n_iter_ : int or ndarray of shape (n_problems,)
+        Iterations run.
     margin_ : float or ndarray of shape (n_problems,)
         Normalised training margin of the final iterate in the scaled, augmented space,
         min_i y_i <w, [x_i, 1]> / (||w|| R).
@@ -80,7 +90,43 @@ class FMM(BaseMarginClassifier):
         That margin after every iteration.
     dual_bound_ : float or ndarray
         min_t ||Z^T q_t||: on separable data an upper bound of the hard margin (scaled units),
-        so dual_bound_ - margin_ bounds the remaining gap.
+        so ``dual_bound_ - margin_`` bounds the remaining gap.
+    problems_ : str or list
+        ``"binary"`` for two classes, else the classes of each sub-problem.
+    n_features_in_ : int
+        Number of features seen during :meth:`fit`.
+    feature_names_in_ : ndarray of shape (n_features,)
+        Names of features seen during :meth:`fit` (only when X has string column names).
+
+    See Also
+    --------
+    sklearn.svm.SVC : ``SVC(kernel="linear", C=1e8)`` gives the hard margin FMM tends to.
+    MSVMAv : The method whose paper uses FMM as a baseline.
+
+    Notes
+    -----
+    Sample weights s_i weight the exponential loss, sum_i s_i exp(-y_i f(x_i)):
+    q_0 = s / sum(s) and q_{t+1} is proportional to s_i exp(-<w, z_i>). Integer weights act
+    exactly as repeated rows. The hard margin itself ignores weights (it is a minimum); they
+    shape the path and hence the finite-T solution.
+
+    Cost: O(nnz(X)) per iteration (two products with the data), O(m + d) memory.
+
+    References
+    ----------
+    .. [1] Z. Ji, N. Srebro and M. Telgarsky, "Fast margin maximization via dual acceleration",
+       Proceedings of the 38th International Conference on Machine Learning (ICML), PMLR 139,
+       pp. 4860-4869, 2021.
+
+    Examples
+    --------
+    >>> from margindist import FMM, load_dataset
+    >>> from sklearn.preprocessing import MinMaxScaler
+    >>> X, y = load_dataset("australian")
+    >>> X = MinMaxScaler().fit_transform(X)
+    >>> clf = FMM(step=1.0, max_iter=200).fit(X, y)
+    >>> clf.score(X, y) > 0.7
+    True
     """
 
     _parameter_constraints = {

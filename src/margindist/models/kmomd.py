@@ -19,8 +19,10 @@ __all__ = ["KMOMD"]
 
 
 class KMOMD(BaseMarginClassifier):
-    """KM-OMD: trades the minimum margin against the average margin (Aiolli, Da San Martino,
-    Sperduti, ICANN 2008, "A Kernel Method for the Optimization of the Margin Distribution").
+    """KM-OMD: trades the minimum margin against the average margin.
+
+    Aiolli, Da San Martino, Sperduti, ICANN 2008, "A Kernel Method for the Optimization of the
+    Margin Distribution".
 
     **The game.** Nature picks a distribution gamma over the examples of each class, the
     learner a unit-norm hyperplane; the learner's best response is w ∝ v(gamma) =
@@ -70,7 +72,7 @@ class KMOMD(BaseMarginClassifier):
        keeps gamma >= 0 with class sums exactly 1.
     4. The printed threshold theta = 1/2 sum_j s_j is not the bisector (accuracy 0.44-0.65
        where the corrected rule gives 0.80-0.96). The threshold here is the bisector of the two
-       hull points, theta = 1/2 <v, v_+ + v_-> = 1/2 sum_j gamma_j s_j, and the decision is
+       hull points vp and vn, theta = 1/2 <v, vp + vn> = 1/2 sum_j gamma_j s_j, and the decision is
        f(x) = sum_i y_i gamma_i k(x_i, x) - theta.
 
     **Sample weights** act as prior masses: with weights s_i the penalty is
@@ -86,11 +88,15 @@ class KMOMD(BaseMarginClassifier):
     lam : float in [0, 1], default=0.1
         The paper's lambda: 0 = hard margin (minimum margin), 1 = average margin (centroids).
     kernel : {"linear", "rbf", "poly", "sigmoid", "precomputed"} or callable, default="rbf"
+        Kernel: scikit-learn's names and definitions, ``"precomputed"`` (X is a Gram
+        matrix) or a callable ``k(X, Z)`` returning an (n, m) array.
     gamma : {"scale", "auto"} or float, default="scale"
         RBF / poly / sigmoid coefficient (scikit-learn's definition). Not the paper's gamma,
         which is the fitted distribution (``abs(dual_coef_)``).
     degree : int, default=3
+        Degree of the ``"poly"`` kernel.
     coef0 : float, default=0.0
+        Independent term of the ``"poly"`` and ``"sigmoid"`` kernels.
     solver : {"auto", "dual", "primal", "lbfgs"}, default="auto"
         "dual": the SMO with kernel rows from the row cache (any kernel); for 200 examples or
         more and 0 < lam < 1, when 2 m pair updates leave it far from convergence, an active-set
@@ -137,12 +143,19 @@ class KMOMD(BaseMarginClassifier):
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
+        The class labels.
     coef_ : ndarray of shape (n_problems, n_features)
-        v(gamma) for the linear kernel (not normalised: f(x) = <coef_, x> + intercept_).
+        v(gamma) for the linear kernel (not normalised: f(x) = <w, x> + b with w = ``coef_``,
+        b = ``intercept_``).
     dual_coef_ : ndarray of shape (n_problems, n_SV)
         y_i gamma_i for the kernel model; ``abs(dual_coef_)`` is nature's distribution gamma
-        on the support (gamma_i > 0). ``support_``, ``support_vectors_``, ``n_support_`` as in
-        scikit-learn.
+        on the support (gamma_i > 0).
+    support_ : ndarray of shape (n_SV,)
+        Indices of the examples with gamma_i > 0 (kernel model).
+    support_vectors_ : ndarray of shape (n_SV, n_features)
+        Those examples (kernel model; empty for ``kernel="precomputed"``).
+    n_support_ : ndarray of shape (n_problems,)
+        Number of support vectors of each sub-problem.
     intercept_ : ndarray of shape (n_problems,)
         -theta, the bisector threshold.
     objective_ : ndarray of shape (n_problems,)
@@ -156,6 +169,18 @@ class KMOMD(BaseMarginClassifier):
     n_iter_ : int or ndarray
         Pair updates, plus the L-BFGS iterations for ``solver="lbfgs"`` or the active-set
         Newton iterations of the kernel solver (per sub-problem for more than two classes).
+    problems_ : str or list
+        ``"binary"`` for two classes, else the classes of each sub-problem.
+    n_features_in_ : int
+        Number of features seen during :meth:`fit`.
+    feature_names_in_ : ndarray of shape (n_features,)
+        Names of features seen during :meth:`fit` (only when X has string column names).
+
+    See Also
+    --------
+    MAMC : The ``lam=1`` end point, the centroid (average margin) classifier.
+    sklearn.svm.SVC : ``lam=0`` is the hard-margin SVM; lam = 1 / (1 + C) matches the 2-norm
+        soft-margin SVM.
 
     Notes
     -----
@@ -170,11 +195,16 @@ class KMOMD(BaseMarginClassifier):
     gradient step and O(m r^2) for its preconditioner of rank r <= 300 (n_S the support size),
     and needs the kernel rows of the support in the cache; lam = 1 is a closed form.
 
+    References
+    ----------
+    .. [1] F. Aiolli, G. Da San Martino and A. Sperduti, "A kernel method for the optimization
+       of the margin distribution", Artificial Neural Networks - ICANN 2008, Lecture Notes in
+       Computer Science 5163, pp. 305-314, Springer, 2008.
+
     Examples
     --------
     >>> from sklearn.preprocessing import MinMaxScaler
-    >>> from margindist.datasets import load_dataset
-    >>> from margindist.models.kmomd import KMOMD
+    >>> from margindist import KMOMD, load_dataset
     >>> X, y = load_dataset("banana")
     >>> X = MinMaxScaler().fit_transform(X)[:1000]
     >>> KMOMD(lam=0.1).fit(X, y[:1000]).score(X, y[:1000]) > 0.85

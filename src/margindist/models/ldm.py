@@ -44,7 +44,7 @@ def _linear_only(est):
 class LDM(BaseMarginClassifier):
     """Large margin Distribution Machine.
 
-    Minimises (paper Eq. 5, soft margin)
+    Minimises (paper Eq. 5, soft margin)::
 
         1/2 ||w||^2 + lambda1 vhat - lambda2 zbar + C sum_i xi_i,
         s.t. z_i >= 1 - xi_i, xi_i >= 0,
@@ -69,9 +69,15 @@ class LDM(BaseMarginClassifier):
     C : float > 0, default=1.0
         Paper C, weight of the hinge losses (the paper's kernel grid is {1, 10, 50, 100}).
     kernel : {"linear", "rbf", "poly", "sigmoid", "precomputed"} or callable, default="linear"
+        Kernel: scikit-learn's names and definitions, ``"precomputed"`` (X is a Gram
+        matrix) or a callable ``k(X, Z)`` returning an (n, m) array.
     gamma : {"scale", "auto"} or float, default="scale"
+        Coefficient of the ``"rbf"``, ``"poly"`` and ``"sigmoid"`` kernels (scikit-learn's
+        definitions of ``"scale"`` and ``"auto"``).
     degree : int, default=3
+        Degree of the ``"poly"`` kernel.
     coef0 : float, default=0.0
+        Independent term of the ``"poly"`` and ``"sigmoid"`` kernels.
     solver : {"auto", "dcd", "asgd"}, default="auto"
         * ``"dcd"``, kernel: the dual (paper Eq. 12) with H = Y G A^{-1} Y formed in a stable
           way (one Cholesky factorisation of an m x m positive definite matrix; no
@@ -108,32 +114,72 @@ class LDM(BaseMarginClassifier):
         all, i.e. ceil(10^4 / n_samples) epochs below 2000 samples: five passes over a few
         dozen rows leave the averaged iterate far from the solution).
     fit_intercept : bool, default=True
+        Append a constant feature 1 whose (regularised) weight is ``intercept_``.
     warm_start : bool, default=False
         DCD: start from the previous dual variables (clipped to the new box); ASGD: start
         from the previous averaged weights (a new step-size trial, a fresh schedule).
     class_weight : dict or "balanced", default=None
+        Multiplies the sample weights per class; ``"balanced"`` uses
+        n_samples / (n_classes * np.bincount(y)).
     multi_class : {"ovr", "ovo"}, default="ovr"
+        Reduction used for more than two classes: one-vs-rest or one-vs-one.
     n_jobs : int, default=None
+        Parallel sub-problems (joblib) for more than two classes.
     random_state : int, RandomState or None, default=None
         Coordinate order (dcd); sample order, pairs and the step trial (asgd).
     verbose : int, default=0
+        Log solver progress through the ``margindist`` logger (never prints).
 
     Attributes
     ----------
-    classes_, coef_ and intercept_ (linear), dual_coef_ (= alpha), support_,
-    support_vectors_, n_support_ (kernel; f(x) = sum_j alpha_j k(x_j, x) + intercept_ with
-    intercept_ = sum_j alpha_j; alpha is dense: every training point has a coefficient),
-    weight_norm_, n_iter_, problems_.
+    classes_ : ndarray of shape (n_classes,)
+        The class labels.
+    coef_ : ndarray of shape (n_problems, n_features)
+        Weight vectors (linear kernel only). n_problems is 1 for two classes, else the number
+        of one-vs-rest or one-vs-one sub-problems.
+    intercept_ : ndarray of shape (n_problems,)
+        Weight of the constant feature (linear), or sum_j alpha_j (kernel).
+    dual_coef_ : ndarray of shape (n_problems, n_SV)
+        alpha, dense (every training point has a coefficient): f(x) = sum_j alpha_j
+        k(x_j, x) + b, b = ``intercept_`` (kernels other than linear).
+    support_ : ndarray of shape (n_SV,)
+        Indices of the support vectors in the training data (kernel models).
+    support_vectors_ : ndarray of shape (n_SV, n_features)
+        The support vectors (kernel models; empty for ``kernel="precomputed"``).
+    n_support_ : ndarray of shape (n_problems,)
+        Number of support vectors of each sub-problem (kernel models).
+    weight_norm_ : ndarray of shape (n_problems,)
+        ||w||, the Euclidean norm of ``coef_`` or the RKHS norm of the kernel expansion; the
+        normaliser of :meth:`margins`.
+    n_iter_ : int or ndarray of shape (n_problems,)
+        DCD epochs or ASGD epochs (per sub-problem for more than two classes).
+    problems_ : str or list
+        ``"binary"`` for two classes, else the classes of each sub-problem.
+    n_features_in_ : int
+        Number of features seen during :meth:`fit`.
+    feature_names_in_ : ndarray of shape (n_features,)
+        Names of features seen during :meth:`fit` (only when X has string column names).
+
+    See Also
+    --------
+    ODM : The successor: a band of zero loss around margin 1, squared losses.
+    MSVMAv : Average margin and semi-variance on the unit sphere.
+    sklearn.svm.LinearSVC : LDM with ``lambda1 = lambda2 = 0`` is its hinge loss with the same C.
 
     Notes
     -----
     The reference code of the paper takes the inverse in H with ``pinv``, leaves the averaging
     constant of its ASGD uninitialised and forces eta0 to 0; none of that is reproduced.
 
+    References
+    ----------
+    .. [1] T. Zhang and Z.-H. Zhou, "Large margin distribution machine", Proceedings of the
+       20th ACM SIGKDD International Conference on Knowledge Discovery and Data Mining
+       (KDD), pp. 313-322, 2014.
+
     Examples
     --------
-    >>> from margindist.models.ldm import LDM
-    >>> from margindist.datasets import load_dataset
+    >>> from margindist import LDM, load_dataset
     >>> from sklearn.preprocessing import MinMaxScaler
     >>> X, y = load_dataset("australian")
     >>> X = MinMaxScaler().fit_transform(X)
@@ -310,9 +356,21 @@ class LDM(BaseMarginClassifier):
         use one-vs-rest (``multi_class="ovo"`` is not supported here); ``class_weight`` must
         be None or a dict (not "balanced", which needs the whole data).
 
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            A batch of training data.
+        y : array-like of shape (n_samples,)
+            Its class labels.
+        classes : array-like of shape (n_classes,), default=None
+            All labels of the stream; needed on the first call.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Per-sample weights of the batch.
+
         Returns
         -------
-        self
+        self : LDM
+            The updated estimator.
         """
         first = not hasattr(self, "classes_") or getattr(self, "_asgd_states", None) is None
         X, y_index, sw = self._partial_fit_data(X, y, classes, sample_weight, first)

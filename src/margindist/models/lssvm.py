@@ -37,9 +37,15 @@ class LSSVM(BaseMarginClassifier):
     C : float, default=1.0
         Weight of the squared errors (gamma in Suykens' notation).
     kernel : {"linear", "rbf", "poly", "sigmoid", "precomputed"} or callable, default="linear"
+        Kernel: scikit-learn's names and definitions, ``"precomputed"`` (X is a Gram
+        matrix) or a callable ``k(X, Z)`` returning an (n, m) array.
     gamma : {"scale", "auto"} or float, default="scale"
+        Coefficient of the ``"rbf"``, ``"poly"`` and ``"sigmoid"`` kernels (scikit-learn's
+        definitions of ``"scale"`` and ``"auto"``).
     degree : int, default=3
+        Degree of the ``"poly"`` kernel.
     coef0 : float, default=0.0
+        Independent term of the ``"poly"`` and ``"sigmoid"`` kernels.
     solver : {"auto", "cholesky", "cg"}, default="auto"
         "auto": Cholesky for up to 2000 features (linear) / 5000 samples (kernel), else CG.
     tol : float, default=1e-10
@@ -49,16 +55,65 @@ class LSSVM(BaseMarginClassifier):
     cache_size : float, default=200
         MiB for the Gram matrix in the kernel CG path (above it, blocks are recomputed).
     class_weight : dict or "balanced", default=None
+        Multiplies the sample weights per class; ``"balanced"`` uses
+        n_samples / (n_classes * np.bincount(y)).
     multi_class : {"ovr", "ovo"}, default="ovr"
+        Reduction used for more than two classes: one-vs-rest or one-vs-one.
     n_jobs : int, default=None
+        Parallel sub-problems (joblib) for more than two classes.
     verbose : int, default=0
         Log solver choices through the ``margindist`` logger.
 
     Attributes
     ----------
-    classes_, coef_ (linear), intercept_, dual_coef_ (= a_i y_i), support_, support_vectors_
-    (kernel; every training point is a support vector), weight_norm_, n_iter_ (CG matrix-vector
-    products, 1 for a direct solve).
+    classes_ : ndarray of shape (n_classes,)
+        The class labels.
+    coef_ : ndarray of shape (n_problems, n_features)
+        Weight vectors (linear kernel only). n_problems is 1 for two classes, else the number
+        of one-vs-rest or one-vs-one sub-problems.
+    intercept_ : ndarray of shape (n_problems,)
+        The unpenalised bias b.
+    dual_coef_ : ndarray of shape (n_problems, n_SV)
+        a_i y_i; every training point is a support vector (kernels other than linear).
+    support_ : ndarray of shape (n_SV,)
+        Indices of the support vectors in the training data (kernel models).
+    support_vectors_ : ndarray of shape (n_SV, n_features)
+        The support vectors (kernel models; empty for ``kernel="precomputed"``).
+    n_support_ : ndarray of shape (n_problems,)
+        Number of support vectors of each sub-problem (kernel models).
+    weight_norm_ : ndarray of shape (n_problems,)
+        ||w||, the Euclidean norm of ``coef_`` or the RKHS norm of the kernel expansion; the
+        normaliser of :meth:`margins`.
+    n_iter_ : int or ndarray of shape (n_problems,)
+        CG matrix-vector products, 1 for a direct solve.
+    problems_ : str or list
+        ``"binary"`` for two classes, else the classes of each sub-problem.
+    n_features_in_ : int
+        Number of features seen during :meth:`fit`.
+    feature_names_in_ : ndarray of shape (n_features,)
+        Names of features seen during :meth:`fit` (only when X has string column names).
+
+    See Also
+    --------
+    ODM : Squared losses around margin 1 with a band of zero loss.
+    sklearn.linear_model.RidgeClassifier : The linear LS-SVM is a ridge regression on +-1
+        targets (with an unpenalised intercept).
+
+    References
+    ----------
+    .. [1] J. A. K. Suykens, T. Van Gestel, J. De Brabanter, B. De Moor and J. Vandewalle,
+       "Least Squares Support Vector Machines", World Scientific, 2002.
+    .. [2] J. A. K. Suykens and J. Vandewalle, "Least squares support vector machine
+       classifiers", Neural Processing Letters, 9(3):293-300, 1999.
+
+    Examples
+    --------
+    >>> from margindist import LSSVM, load_dataset
+    >>> from sklearn.preprocessing import MinMaxScaler
+    >>> X, y = load_dataset("australian")
+    >>> X = MinMaxScaler().fit_transform(X)
+    >>> LSSVM(C=1.0, kernel="rbf").fit(X, y).score(X, y) > 0.8
+    True
     """
 
     _parameter_constraints = {

@@ -34,7 +34,7 @@ class M3SVM(BaseMarginClassifier):
 
     A natively multi-class linear model with one weight vector w_k and bias b_k per class. The
     margin between classes k and l is 2 / ||w_k - w_l||; maximising the smallest of them is
-    approximated by the p-power sum of the pairwise distances (paper Eq. 25):
+    approximated by the p-power sum of the pairwise distances (paper Eq. 25)::
 
         min_{W,b}  sum_i s_i sum_{k != y_i} g(1 - (w_{y_i} - w_k)^T x_i - b_{y_i} + b_k)
                    + lam * sum_{k<l} ||w_k - w_l||_2^p + eps (||W||_F^2 + ||b||^2),
@@ -55,7 +55,7 @@ class M3SVM(BaseMarginClassifier):
     Parameters
     ----------
     lam : float, default=0.01
-        lambda of Eq. 25, the weight of the pairwise-margin regulariser against the data term,
+        The lambda of Eq. 25, the weight of the pairwise-margin regulariser against the data term,
         which is a *sum* over the samples (so the same lam regularises less as n grows). The paper
         searches 10 equidistant values in [1e-4, 1e-1] — on the scale of its code, which divides
         the cross-entropy by n_train K and the regulariser (summed over ordered pairs, i.e. twice)
@@ -70,10 +70,10 @@ class M3SVM(BaseMarginClassifier):
         two class vectors the gradient of ||w_k - w_l||^p is taken as 0 (its limit for p > 1, the
         minimal-norm subgradient for p <= 1).
     delta : float, default=0.1
-        delta of the smoothed hinge g (> 0): 0 <= g(t) - max(0, t) <= delta / 2 and g has
+        The delta of the smoothed hinge g (> 0): 0 <= g(t) - max(0, t) <= delta / 2 and g has
         curvature at most 1 / (2 delta). Ignored for ``loss="softmax"``. The paper leaves it free.
     eps : float, default=1e-6
-        epsilon of Eq. 25, the ridge that makes the solution unique (it forces W^T 1 = 0 and
+        The epsilon of Eq. 25, the ridge that makes the solution unique (it forces W^T 1 = 0 and
         b^T 1 = 0: data term and regulariser only see class differences). The paper fixes 1e-6.
     loss : {"smooth_hinge", "softmax"}, default="smooth_hinge"
         "smooth_hinge": M3SVM; "softmax": ISM3 (cross-entropy on the class scores).
@@ -115,15 +115,27 @@ class M3SVM(BaseMarginClassifier):
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
+        The class labels.
     coef_ : ndarray of shape (n_classes, n_features)
         The class vectors w_k (rows). For two classes too: the decision function is then
         (w_1 - w_0)^T x + b_1 - b_0.
     intercept_ : ndarray of shape (n_classes,)
+        The class biases b_k.
     n_iter_ : int
         L-BFGS iterations or Adam epochs.
     objective_ : float
         The final value of the objective of Eq. 25 (with the sample weights).
     n_features_in_ : int
+        Number of features seen during :meth:`fit`.
+    feature_names_in_ : ndarray of shape (n_features,)
+        Names of features seen during :meth:`fit` (only when X has string column names).
+
+    See Also
+    --------
+    margindist.torch.ISM3Loss : The ISM3 loss (cross-entropy plus this regulariser) for
+        PyTorch networks.
+    sklearn.svm.LinearSVC : ``multi_class="crammer_singer"`` is the classic native multi-class
+        SVM.
 
     Notes
     -----
@@ -133,12 +145,18 @@ class M3SVM(BaseMarginClassifier):
     carry the eps ridge of Eq. 25. The authors' code standardises before splitting (test-set
     leakage); standardise inside a pipeline instead.
 
+    References
+    ----------
+    .. [1] F. Nie, Z. Hao and R. Wang, "Multi-class support vector machine with maximizing
+       minimum margin", Proceedings of the AAAI Conference on Artificial Intelligence, 38,
+       2024.
+
     Examples
     --------
     >>> from sklearn.datasets import load_iris
     >>> from sklearn.pipeline import make_pipeline
     >>> from sklearn.preprocessing import StandardScaler
-    >>> from margindist.models.m3svm import M3SVM
+    >>> from margindist import M3SVM
     >>> X, y = load_iris(return_X_y=True)
     >>> clf = make_pipeline(StandardScaler(), M3SVM(lam=0.01, p=4)).fit(X, y)
     >>> clf.score(X, y) > 0.9
@@ -240,13 +258,35 @@ class M3SVM(BaseMarginClassifier):
 
     @available_if(_is_softmax)
     def predict_proba(self, X):
-        """Class probabilities softmax(W x + b) (``loss="softmax"`` only), shape (n, n_classes)."""
+        """Class probabilities softmax(W x + b) (``loss="softmax"`` only).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Input data.
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_classes)
+            Probability of each class, columns in the order of ``classes_``.
+        """
         check_is_fitted(self)
         return softmax_proba(self._raw_decision(X))
 
     @available_if(_is_softmax)
     def predict_log_proba(self, X):
-        """Logarithm of :meth:`predict_proba` (``loss="softmax"`` only)."""
+        """Logarithm of :meth:`predict_proba` (``loss="softmax"`` only).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Input data.
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_classes)
+            Log-probability of each class, columns in the order of ``classes_``.
+        """
         from scipy.special import log_softmax
 
         check_is_fitted(self)

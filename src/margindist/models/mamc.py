@@ -23,7 +23,7 @@ class MAMC(BaseMarginClassifier):
 
     * ``"midpoint"`` (default): class-balanced; w = (weighted mean of the positive class) -
       (weighted mean of the negative class), normalised, and the threshold halfway between
-      the projected class means, b = -(mean_+ <w, x> + mean_- <w, x>) / 2;
+      the projected class means, b = -(m+ + m-) / 2 with m+, m- the class means of <w, x>;
     * ``"zero"``: the paper's w ∝ sum_i y_i phi(x_i) with b = 0.
 
     Sample weights enter the (class) means. With ``bias="midpoint"`` each class mean is
@@ -34,11 +34,16 @@ class MAMC(BaseMarginClassifier):
     Parameters
     ----------
     bias : {"midpoint", "zero"}, default="midpoint"
+        Threshold: halfway between the projected class means, or zero (see above).
     kernel : {"linear", "rbf", "poly", "sigmoid", "precomputed"} or callable, default="linear"
+        Kernel: scikit-learn's names and definitions, ``"precomputed"`` (X is a Gram
+        matrix) or a callable ``k(X, Z)`` returning an (n, m) array.
     gamma : {"scale", "auto"} or float, default="scale"
         Kernel coefficient for rbf / poly / sigmoid (scikit-learn's definition of "scale").
     degree : int, default=3
+        Degree of the ``"poly"`` kernel.
     coef0 : float, default=0.0
+        Independent term of the ``"poly"`` and ``"sigmoid"`` kernels.
     class_weight : dict or "balanced", default=None
         Multiplies sample weights per class.
     multi_class : {"ovr", "ovo"}, default="ovr"
@@ -49,22 +54,53 @@ class MAMC(BaseMarginClassifier):
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
+        The class labels.
     coef_ : ndarray of shape (n_problems, n_features)
-        Unit-norm weight vectors (linear kernel only); n_problems is 1 for two classes.
+        Weight vectors (linear kernel only). n_problems is 1 for two classes, else the number
+        of one-vs-rest or one-vs-one sub-problems.
     intercept_ : ndarray of shape (n_problems,)
+        The threshold b (see ``bias``).
     dual_coef_ : ndarray of shape (n_problems, n_SV)
-        Kernel expansion coefficients (non-linear kernels), support_vectors_, support_.
+        Kernel expansion coefficients, unit RKHS norm (kernels other than linear).
+    support_ : ndarray of shape (n_SV,)
+        Indices of the support vectors in the training data (kernel models).
+    support_vectors_ : ndarray of shape (n_SV, n_features)
+        The support vectors (kernel models; empty for ``kernel="precomputed"``).
+    n_support_ : ndarray of shape (n_problems,)
+        Number of support vectors of each sub-problem (kernel models).
     weight_norm_ : ndarray of shape (n_problems,)
-        ||w|| (1 unless the class means coincide).
-    n_iter_ : int or ndarray
-        0: closed form.
+        ||w||, the Euclidean norm of ``coef_`` or the RKHS norm of the kernel expansion; the
+        normaliser of :meth:`margins`.
+    n_iter_ : int or ndarray of shape (n_problems,)
+        0: a closed form.
+    problems_ : str or list
+        ``"binary"`` for two classes, else the classes of each sub-problem.
+    n_features_in_ : int
+        Number of features seen during :meth:`fit`.
+    feature_names_in_ : ndarray of shape (n_features,)
+        Names of features seen during :meth:`fit` (only when X has string column names).
+
+    See Also
+    --------
+    KMOMD : ``lam=1`` is the same centroid classifier; smaller ``lam`` moves to the hard margin.
+    MSVMAv : Starts from the MAMC direction and lowers the margin semi-variance.
+    sklearn.neighbors.NearestCentroid : The same decision rule for the Euclidean distance.
+
+    References
+    ----------
+    .. [1] K. Pelckmans, J. A. K. Suykens and B. De Moor, "A risk minimization principle for a
+       class of Parzen estimators", Advances in Neural Information Processing Systems 20
+       (NIPS), 2007.
 
     Examples
     --------
     >>> from margindist import MAMC, load_dataset
     >>> X, y = load_dataset("australian")
-    >>> MAMC().fit(X, y).score(X, y) > 0.5
+    >>> clf = MAMC().fit(X, y)
+    >>> clf.score(X, y) > 0.5
     True
+    >>> float(clf.weight_norm_[0])
+    1.0
     """
 
     _expected_failed_checks = {

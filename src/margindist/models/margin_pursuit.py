@@ -34,7 +34,7 @@ def _sgd_only(est):
 class MarginPursuit(BaseMarginClassifier):
     """Linear classification by margin pursuit: a robust location of the margins.
 
-    Minimises (Holland 2019; formulas reconstructed, see the status marks below)
+    Minimises (Holland 2019; formulas reconstructed, see the status marks below)::
 
         J(w, b) = (lam/2) (||w||^2 + b^2) + (1/n) sum_i S * rho((gamma - y_i (<w, x_i> + b)) / S)
 
@@ -48,9 +48,9 @@ class MarginPursuit(BaseMarginClassifier):
     Status of each piece (the paper's formulas are reconstructed here from its text, the
     author's companion code and numerical checks):
 
-    * psi/rho of Catoni and Giulini: psi(u) = u - u^3/6 for |u| <= sqrt(2), else
+    * psi/rho of Catoni and Giulini: psi(u) = u - u^3/6 for abs(u) <= sqrt(2), else
       (2 sqrt(2)/3) sign(u) -- CONFIRMED (the author's code uses it). The wide alternative
-      psi_w(u) = sign(u) log(1 + |u| + u^2/2) (``influence="catoni_wide"``) -- Catoni's
+      psi_w(u) = sign(u) log(1 + abs(u) + u^2/2) (``influence="catoni_wide"``) -- Catoni's
       classical choice, offered as an option.
     * Loss S * rho((gamma - m)/S) -- INFERRED scaling: the author's code writes S^2 * rho(...);
       both have the same minimisers, S * rho has a hinge-like gradient scale, and with S^2 * rho
@@ -144,19 +144,43 @@ class MarginPursuit(BaseMarginClassifier):
 
     Attributes
     ----------
-    classes_, coef_ (n_problems, n_features), intercept_ (n_problems,), weight_norm_
+    classes_ : ndarray of shape (n_classes,)
+        The class labels.
+    coef_ : ndarray of shape (n_problems, n_features)
+        Weight vectors; n_problems is 1 for two classes, else the number of one-vs-rest or
+        one-vs-one sub-problems.
+    intercept_ : ndarray of shape (n_problems,)
+        The (regularised) weight b of the constant feature.
+    weight_norm_ : ndarray of shape (n_problems,)
+        ||w||, the Euclidean norm of ``coef_``; the normaliser of :meth:`margins`.
     scale_ : float or ndarray of shape (n_problems,)
         The final scale S (after the rescaling, if any).
     history_ : ndarray or list of ndarrays
         SGD: the mean objective estimate of every pass; GD: J at every iterate.
     n_iter_ : int or ndarray
         Passes (SGD) or iterations (GD) run by the last call.
+    problems_ : str or list
+        ``"binary"`` for two classes, else the classes of each sub-problem.
+    n_features_in_ : int
+        Number of features seen during :meth:`fit`.
+    feature_names_in_ : ndarray of shape (n_features,)
+        Names of features seen during :meth:`fit` (only when X has string column names).
+
+    See Also
+    --------
+    sklearn.linear_model.SGDClassifier : Pegasos (hinge loss), the paper's comparison.
+    LSSVM : The large-scale limit S -> infinity is a ridge regression on the margins.
+
+    References
+    ----------
+    .. [1] M. J. Holland, "Classification using margin pursuit", Proceedings of the 22nd
+       International Conference on Artificial Intelligence and Statistics (AISTATS), PMLR 89,
+       pp. 712-720, 2019.
 
     Examples
     --------
     >>> from sklearn.preprocessing import MinMaxScaler
-    >>> from margindist.models.margin_pursuit import MarginPursuit
-    >>> from margindist import load_dataset
+    >>> from margindist import MarginPursuit, load_dataset
     >>> X, y = load_dataset("australian")
     >>> X = MinMaxScaler().fit_transform(X)
     >>> clf = MarginPursuit(lam=1e-3, random_state=0).fit(X, y)
@@ -318,9 +342,21 @@ class MarginPursuit(BaseMarginClassifier):
         same ``random_state``. ``class_weight="balanced"`` is not available here (the class
         frequencies of a stream are unknown); pass a dict.
 
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            A batch of training data.
+        y : array-like of shape (n_samples,)
+            Its class labels.
+        classes : array-like of shape (n_classes,), default=None
+            All labels of the stream; needed on the first call unless the model was fitted.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Per-sample weights of the batch.
+
         Returns
         -------
-        self
+        self : MarginPursuit
+            The updated estimator.
         """
         first = not hasattr(self, "classes_")
         X, y_index, sw = self._partial_fit_data(X, y, classes, sample_weight, first)

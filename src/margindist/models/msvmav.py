@@ -35,13 +35,19 @@ class MSVMAv(BaseMarginClassifier):
     :func:`margindist.metrics.msvmav_bound_term`). MSVMAv decreases it by alternating two
     closed-form steps on the unit sphere ||w|| = 1 (paper Algorithm 1, T = ``max_iter``):
 
-    * semi-variance step (Eq. 6): with A_k = {i : y_i <w_{k-1}, x_i> < theta_{k-1}},
-      w'_k = argmin_w (1/n) sum_{A_k} (theta_{k-1} - y_i <w, x_i>)^2 + beta ||w - w_{k-1}||^2
-      = M_k (theta/(n beta) sum_{A_k} y_i x_i + w_{k-1}),
-      M_k = (I + sum_{A_k} x_i x_i^T / (n beta))^{-1};
-    * average-margin step (Eq. 10): w_k = argmin_w -(1/n) sum_i y_i <w, x_i> + alpha ||w - w'_k||^2
-      = w'_k + u / (2 alpha n), u = sum_i y_i x_i; then w_k <- w_k / ||w_k||, and w_k <- -w_k if
-      its average margin is negative (Section 5), so theta stays positive.
+    * semi-variance step (Eq. 6), with A_k = {i : y_i <w_{k-1}, x_i> < theta_{k-1}}::
+
+          w'_k = argmin_w (1/n) sum_{A_k} (theta_{k-1} - y_i <w, x_i>)^2 + beta ||w - w_{k-1}||^2
+               = M_k (theta/(n beta) sum_{A_k} y_i x_i + w_{k-1}),
+          M_k  = (I + sum_{A_k} x_i x_i^T / (n beta))^{-1};
+
+    * average-margin step (Eq. 10)::
+
+          w_k = argmin_w -(1/n) sum_i y_i <w, x_i> + alpha ||w - w'_k||^2
+              = w'_k + u / (2 alpha n),   u = sum_i y_i x_i;
+
+      then w_k <- w_k / ||w_k||, and w_k <- -w_k if its average margin is negative
+      (Section 5), so theta stays positive.
 
     Start: w_0 = u / ||u|| (Eq. 3). With ``fit_intercept`` the constant 1 is appended to every
     x_i, as in the paper: the bias is a coordinate of w and part of ||w|| = 1 (``coef_`` holds
@@ -62,7 +68,7 @@ class MSVMAv(BaseMarginClassifier):
       which is what ``history_`` reports and what ``return_best`` minimises.
     * Kernel version (Section 4.2), f(x) = sum_j a_j k(x_j, x): a_0 = y / sqrt(y^T K y) and
       a'_k = (I + K + sum_{A_k} K_i K_i^T / (n beta))^{-1}
-             ((I + K) a_{k-1} + theta/(n beta) sum_{A_k} y_i K_i),
+      ((I + K) a_{k-1} + theta/(n beta) sum_{A_k} y_i K_i),
       a_k = a'_k + y / (2 alpha n), normalised to a^T K a = 1, sign flipped like w. Two typos
       fixed: the printed a'_k uses the average margin of a'_k inside its own definition (read:
       theta of a_{k-1}, the only reading with a closed form), and writes the scalar
@@ -77,24 +83,28 @@ class MSVMAv(BaseMarginClassifier):
       landmarks are drawn from the rows).
     * The kernel path with kernel="linear" is not the linear algorithm: the I of the (I + K)
       metric adds a ridge on the coefficients. ``kernel_prox="rkhs"`` drops it
-      (beta (a - a_{k-1})^T K (a - a_{k-1}) = beta ||f - f_{k-1}||_H^2, the exact kernelisation
-      of the linear step), and then ``dual=True, kernel="linear"`` reproduces the linear
+      (beta (a - a_{k-1})^T K (a - a_{k-1}) = beta ||f - f_{k-1}||^2 in the RKHS, the exact
+      kernelisation of the linear step), and then ``dual=True, kernel="linear"`` reproduces the linear
       path's decision values.
 
     Parameters
     ----------
     alpha : float, default=1.0
-        alpha of the paper: proximal weight of the average-margin step; the step adds
+        The paper's alpha: proximal weight of the average-margin step; the step adds
         u / (2 alpha n), so smaller alpha pushes harder towards a large average margin.
         The paper selects alpha from {2^-10, 2^-8, ..., 2^10}.
     beta : float, default=1.0
-        beta of the paper: proximal weight of the semi-variance step; smaller beta pulls the
+        The paper's beta: proximal weight of the semi-variance step; smaller beta pulls the
         margins below the average harder towards it. Same grid as alpha.
     kernel : {"linear", "rbf", "poly", "sigmoid", "precomputed"} or callable, default="linear"
+        Kernel: scikit-learn's names and definitions, ``"precomputed"`` (X is a Gram
+        matrix) or a callable ``k(X, Z)`` returning an (n, m) array.
     gamma : {"scale", "auto"} or float, default="scale"
         Kernel coefficient for rbf / poly / sigmoid (scikit-learn's definitions).
     degree : int, default=3
+        Degree of the ``"poly"`` kernel.
     coef0 : float, default=0.0
+        Independent term of the ``"poly"`` and ``"sigmoid"`` kernels.
     max_iter : int, default=100
         T, the paper's number of iterations (its stopping rule).
     tol : float, default=1e-6
@@ -102,7 +112,7 @@ class MSVMAv(BaseMarginClassifier):
         the unit-norm w by at most ``tol``. ``tol=0`` runs exactly T iterations, as the paper.
     fit_intercept : bool, default=True
         Append the constant-1 feature (the paper's bias, inside the norm). For kernels this is
-        the kernel k + 1 with intercept_ = sum_j a_j, so that ``kernel="linear"`` is the same
+        the kernel k + 1 with ``intercept_`` = sum_j a_j, so that ``kernel="linear"`` is the same
         model through either path; the paper's kernel model has no bias (use False for it;
         an independent reference implementation found no consistent accuracy difference).
     update : {"auto", "sherman-morrison", "batched", "cg"}, default="auto"
@@ -128,9 +138,9 @@ class MSVMAv(BaseMarginClassifier):
           Kernel path with ``kernel_prox="paper"`` and a positive semi-definite kernel (rbf,
           linear, poly with coef0 >= 0): no eigendecomposition; one Cholesky inverse of
           diag(1/s) + K and a compiled loop in the coefficients, where the semi-variance step is
-          a solve with the |A| x |A| capacitance matrix of the Woodbury identity, kept as an
+          a solve with the #A x #A capacitance matrix (#A the size of A) of the Woodbury identity, kept as an
           explicit inverse through bordering / Schur-complement updates as indices enter and
-          leave A (O(c |A|^2)), refactorised when cheaper. The other kernel cases: the
+          leave A (O(c #A^2)), refactorised when cheaper. The other kernel cases: the
           eigenbasis of K with the linear path's schemes.
     refresh_every : int, default=None
         Round-off control of the Sherman-Morrison scheme: every fourth incremental update the
@@ -165,26 +175,41 @@ class MSVMAv(BaseMarginClassifier):
         (clones in a grid search share it) and outlives the estimator: free it with
         ``margindist.solvers.msvmav.clear_factor_cache()``. 0 disables it.
     class_weight : dict or "balanced", default=None
+        Multiplies the sample weights per class; ``"balanced"`` uses
+        n_samples / (n_classes * np.bincount(y)).
     multi_class : {"ovr", "ovo"}, default="ovr"
+        Reduction used for more than two classes: one-vs-rest or one-vs-one.
     n_jobs : int, default=None
         Parallel sub-problems (joblib) for more than two classes.
     random_state : int, RandomState instance or None, default=None
         Only used by ``kernel_approximation``.
     verbose : int, default=0
+        Log solver progress through the ``margindist`` logger (never prints).
 
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
+        The class labels.
     coef_ : ndarray of shape (n_problems, n_features)
-        Weights without the bias coordinate (linear path); ``intercept_`` the bias weight.
-        [coef_, intercept_] has unit norm when ``fit_intercept`` (the paper's normalisation).
-    dual_coef_, support_, support_vectors_, n_support_ :
-        Kernel expansion (kernel path and ``kernel_approximation``).
+        Weights without the bias coordinate (linear path); n_problems is 1 for two classes.
+        ``[coef_, intercept_]`` has unit norm when ``fit_intercept`` (the paper's
+        normalisation).
+    intercept_ : ndarray of shape (n_problems,)
+        The bias weight (the appended constant's coordinate of w).
+    dual_coef_ : ndarray of shape (n_problems, n_SV)
+        Kernel expansion coefficients a (kernel path and ``kernel_approximation``, whose
+        expansion is over the landmarks).
+    support_ : ndarray of shape (n_SV,)
+        Indices of the expansion points in the training data (kernel path).
+    support_vectors_ : ndarray of shape (n_SV, n_features)
+        The expansion points (kernel path and ``kernel_approximation``).
+    n_support_ : ndarray of shape (n_problems,)
+        Number of expansion points of each sub-problem.
     n_iter_ : int or ndarray
         Iterations run (per sub-problem for more than two classes).
     history_ : dict of ndarrays (list of dicts for more than two classes)
         One row per iterate w_0 ... w_T: ``theta`` (average margin), ``semivariance`` (SV),
-        ``bound`` (SV / theta^2), ``n_active`` (|A| the iterate induces), ``n_changes``
+        ``bound`` (SV / theta^2), ``n_active`` (#A the iterate induces), ``n_changes``
         (indices that entered or left A against the previous iterate), ``step``
         (||w_k - w_{k-1}||, NaN for w_0), ``update`` (scheme used for the step that produced
         the iterate). Margins here are of the unit-norm w,
@@ -192,12 +217,25 @@ class MSVMAv(BaseMarginClassifier):
     best_iter_ : int or ndarray
         Iterate with the smallest SV / theta^2.
     weight_norm_ : ndarray of shape (n_problems,)
+        ||w|| without the bias coordinate, the normaliser of :meth:`margins`.
+    problems_ : str or list
+        ``"binary"`` for two classes, else the classes of each sub-problem.
+    n_features_in_ : int
+        Number of features seen during :meth:`fit`.
+    feature_names_in_ : ndarray of shape (n_features,)
+        Names of features seen during :meth:`fit` (only when X has string column names).
+
+    See Also
+    --------
+    MAMC : The average-margin direction MSVMAv starts from.
+    ODM : Margin mean and variance with a band of zero loss.
+    margindist.metrics.msvmav_bound_term : The quantity SV / theta^2 that MSVMAv lowers.
 
     Notes
     -----
     Costs: linear path O(nnz(X)) per iteration plus the update of M_k (see ``update``);
     kernel path O(m^3) once (Cholesky inverse of diag(1/s) + K, or an eigendecomposition; two
-    m x m arrays) and O(m^2 + c |A|^2) per iteration for c indices changing A (O(m^2 + c m^2)
+    m x m arrays) and O(m^2 + c #A^2) per iteration for c indices changing A (O(m^2 + c m^2)
     in the eigenbasis). A ConvergenceWarning is raised when the active set
     still changed in the last iterations (T is only a cap; for some (alpha, beta) the iteration
     oscillates): raise ``max_iter`` or use ``return_best=True``.
@@ -209,11 +247,16 @@ class MSVMAv(BaseMarginClassifier):
     cost. What a grid search repeats is shared instead: the kernel factorisation
     (``cache_size``).
 
+    References
+    ----------
+    .. [1] M. Qian, Q. Ai, C. Zhang and W. Gao, "On the optimization of margin distribution",
+       Proceedings of the 31st International Joint Conference on Artificial Intelligence
+       (IJCAI), 2022.
+
     Examples
     --------
     >>> from sklearn.preprocessing import MinMaxScaler
-    >>> from margindist.datasets import load_dataset
-    >>> from margindist.models.msvmav import MSVMAv
+    >>> from margindist import MSVMAv, load_dataset
     >>> X, y = load_dataset("australian")
     >>> X = MinMaxScaler().fit_transform(X)
     >>> clf = MSVMAv(alpha=4, beta=1 / 4).fit(X, y)
@@ -284,7 +327,22 @@ class MSVMAv(BaseMarginClassifier):
 
     # ------------------------------------------------------------------ fit
     def fit(self, X, y, sample_weight=None):
-        """Fit the model (see :meth:`BaseMarginClassifier.fit`)."""
+        """Fit the model to the training data.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Training data, or the Gram matrix for ``kernel="precomputed"``.
+        y : array-like of shape (n_samples,)
+            Class labels (two or more classes).
+        sample_weight : array-like of shape (n_samples,), default=None
+            Per-sample weights (multiplied by ``class_weight``).
+
+        Returns
+        -------
+        self : MSVMAv
+            The fitted estimator.
+        """
         # one landmark seed per fit, so one-vs-rest sub-problems share their Nyström landmarks
         self._landmark_seed = None
         if self.kernel_approximation is not None:

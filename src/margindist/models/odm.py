@@ -31,7 +31,7 @@ class ODM(BaseMarginClassifier):
     """Optimal margin Distribution Machine.
 
     Minimises, in the convention of the reference package LIBODM (so the same ``lam`` gives
-    the same w on the same data),
+    the same w on the same data)::
 
         1/2 ||w||^2 + kappa / m * sum_i [ (1 - theta - z_i)_+^2 + mu (z_i - 1 - theta)_+^2 ],
         kappa = lam / (1 - theta)^2,   z_i = y_i f(x_i),
@@ -56,9 +56,15 @@ class ODM(BaseMarginClassifier):
     theta : float in [0, 1), default=0.2
         Paper theta: half-width of the zero-loss band around margin 1.
     kernel : {"linear", "rbf", "poly", "sigmoid", "precomputed"} or callable, default="linear"
+        Kernel: scikit-learn's names and definitions, ``"precomputed"`` (X is a Gram
+        matrix) or a callable ``k(X, Z)`` returning an (n, m) array.
     gamma : {"scale", "auto"} or float, default="scale"
+        Coefficient of the ``"rbf"``, ``"poly"`` and ``"sigmoid"`` kernels (scikit-learn's
+        definitions of ``"scale"`` and ``"auto"``).
     degree : int, default=3
+        Degree of the ``"poly"`` kernel.
     coef0 : float, default=0.0
+        Independent term of the ``"poly"`` and ``"sigmoid"`` kernels.
     solver : {"auto", "dcd", "newton", "svrg"}, default="auto"
         * ``"dcd"``: dual coordinate descent (linear: O(nnz(x_i)) per step, w maintained;
           kernel: kernel columns on demand from an LRU cache of ``cache_size`` MiB). Stops
@@ -75,6 +81,7 @@ class ODM(BaseMarginClassifier):
           DCD on dense 100k x 100 and sparse 200k x 50k data at lam = 1, and more than 100x
           faster at lam = m (weak regularisation), where the dual is badly conditioned.
     tol : float, default=1e-3
+        Stopping tolerance; ``solver`` describes each solver's rule.
     max_iter : int, default=1000
         Epochs (dcd, svrg) or Newton iterations; a ConvergenceWarning names the remedy.
     fit_intercept : bool, default=True
@@ -93,23 +100,62 @@ class ODM(BaseMarginClassifier):
         number of samples and sub-problems is unchanged. A refit on the same data then stops
         after one epoch.
     class_weight : dict or "balanced", default=None
+        Multiplies the sample weights per class; ``"balanced"`` uses
+        n_samples / (n_classes * np.bincount(y)).
     multi_class : {"ovr", "ovo"}, default="ovr"
+        Reduction used for more than two classes: one-vs-rest or one-vs-one.
     n_jobs : int, default=None
         Parallel sub-problems for more than two classes.
     random_state : int, RandomState or None, default=None
         Order of the coordinates (dcd) and samples (svrg).
     verbose : int, default=0
+        Log solver progress through the ``margindist`` logger (never prints).
 
     Attributes
     ----------
-    classes_, coef_ and intercept_ (linear kernel), dual_coef_ (= y_i gamma_i), support_,
-    support_vectors_, n_support_ (other kernels; f(x) = sum_j dual_coef_j k(x_j, x) +
-    intercept_, intercept_ = sum_j dual_coef_j), weight_norm_, n_iter_, problems_.
+    classes_ : ndarray of shape (n_classes,)
+        The class labels.
+    coef_ : ndarray of shape (n_problems, n_features)
+        Weight vectors (linear kernel only). n_problems is 1 for two classes, else the number
+        of one-vs-rest or one-vs-one sub-problems.
+    intercept_ : ndarray of shape (n_problems,)
+        Weight of the constant feature (linear), or sum_j ``dual_coef_[j]`` (kernel).
+    dual_coef_ : ndarray of shape (n_problems, n_SV)
+        y_i gamma_i of the support vectors: f(x) = sum_j dual_coef_j k(x_j, x) + b with
+        b = ``intercept_`` (kernels other than linear).
+    support_ : ndarray of shape (n_SV,)
+        Indices of the support vectors in the training data (kernel models).
+    support_vectors_ : ndarray of shape (n_SV, n_features)
+        The support vectors (kernel models; empty for ``kernel="precomputed"``).
+    n_support_ : ndarray of shape (n_problems,)
+        Number of support vectors of each sub-problem (kernel models).
+    weight_norm_ : ndarray of shape (n_problems,)
+        ||w||, the Euclidean norm of ``coef_`` or the RKHS norm of the kernel expansion; the
+        normaliser of :meth:`margins`.
+    n_iter_ : int or ndarray of shape (n_problems,)
+        Epochs (dcd, svrg) or Newton iterations (per sub-problem for more than two classes).
+    problems_ : str or list
+        ``"binary"`` for two classes, else the classes of each sub-problem.
+    n_features_in_ : int
+        Number of features seen during :meth:`fit`.
+    feature_names_in_ : ndarray of shape (n_features,)
+        Names of features seen during :meth:`fit` (only when X has string column names).
+
+    See Also
+    --------
+    LDM : The predecessor: margin mean and variance with a hinge loss.
+    MSVMAv : Average margin and semi-variance on the unit sphere.
+    sklearn.svm.LinearSVC : ODM with ``theta = mu = 0`` is its squared hinge with C = lam / m.
+
+    References
+    ----------
+    .. [1] T. Zhang and Z.-H. Zhou, "Optimal margin distribution machine", IEEE Transactions on
+       Knowledge and Data Engineering, 32(6):1143-1156, 2019.
+    .. [2] T. Zhang and Z.-H. Zhou, "Large margin distribution machine", KDD 2014.
 
     Examples
     --------
-    >>> from margindist.models.odm import ODM
-    >>> from margindist.datasets import load_dataset
+    >>> from margindist import ODM, load_dataset
     >>> from sklearn.preprocessing import MinMaxScaler
     >>> X, y = load_dataset("australian")
     >>> X = MinMaxScaler().fit_transform(X)
