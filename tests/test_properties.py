@@ -33,6 +33,8 @@ from margindist.exceptions import DegenerateModelWarning, FeatureScaleWarning  #
 
 settings.register_profile("ci", max_examples=8, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("medium", max_examples=60, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("large", max_examples=250, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("MARGINDIST_HYPOTHESIS_PROFILE", "ci"))

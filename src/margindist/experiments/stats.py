@@ -365,9 +365,9 @@ class RankComparison:
 def nemenyi_test(avg_ranks, n_datasets: int, alpha: float = 0.05, names=None) -> list:
     """All pairwise Nemenyi comparisons of average ranks.
 
-    The adjusted p-value of a pair is P(range of k standard normals / sqrt(2) > |z|) from the
+    The adjusted p-value of a pair is P(range of k standard normals / sqrt(2) > ``|z|``) from the
     studentized range distribution (infinite degrees of freedom); a pair is rejected exactly
-    when |R_a - R_b| >= :func:`nemenyi_cd`.
+    when ``|R_a - R_b|`` >= :func:`nemenyi_cd`.
 
     Returns
     -------
@@ -410,7 +410,7 @@ def holm_adjust(pvalues) -> np.ndarray:
 def holm_test(avg_ranks, n_datasets: int, control=None, alpha: float = 0.05, names=None) -> list:
     """Holm's step-down procedure on the rank z statistics after Friedman's test.
 
-    z = (R_i - R_j) / sqrt(k (k + 1) / (6 N)), p = 2 (1 - Phi(|z|)).
+    z = (R_i - R_j) / sqrt(k (k + 1) / (6 N)), p = 2 (1 - Phi(``|z|``)).
 
     Parameters
     ----------
@@ -451,7 +451,7 @@ def holm_test(avg_ranks, n_datasets: int, control=None, alpha: float = 0.05, nam
 class WilcoxonResult:
     """Result of :func:`wilcoxon_test` of a against b over datasets (higher is better).
 
-    ``r_plus``: sum of the ranks of |d| where a is better, ``r_minus`` where b is better
+    ``r_plus``: sum of the ranks of ``|d|`` where a is better, ``r_minus`` where b is better
     (zero differences split evenly between the two); ``statistic`` T = min(R+, R-);
     ``outcome`` +1 / -1 when a is significantly better / worse, else 0.
     """
@@ -467,7 +467,7 @@ class WilcoxonResult:
 def wilcoxon_test(a, b, alpha: float = 0.05) -> WilcoxonResult:
     """Wilcoxon signed-ranks test of a vs b over datasets, as in Demšar (2006, Sec. 3.1.3).
 
-    d = a - b is ranked by |d| (average ranks for ties; differences equal up to round-off are
+    d = a - b is ranked by ``|d|`` (average ranks for ties; differences equal up to round-off are
     equal). Ranks of zero differences are split evenly between R+ and R-; with an odd number
     of zeros one of them is ignored first. The two-sided p-value is that of
     ``scipy.stats.wilcoxon(d, zero_method="zsplit")`` on those differences: exact for small N
