@@ -48,7 +48,7 @@ from ._validation import (
     warn_feature_scale,
 )
 from .kernels import KernelSpec, kernel_decision, resolve_kernel, rkhs_norm_sq
-from .metrics import multiclass_margins
+from .metrics import label_index, multiclass_margins, pairwise_margins
 
 logger = logging.getLogger("margindist")
 
@@ -560,13 +560,7 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         margin of w_1 - w_0). Negative margins are errors.
         """
         D = self._raw_decision(X)
-        y = np.asarray(y)
-        if y.shape[0] != D.shape[0]:
-            raise ValueError(f"X and y differ in length: {D.shape[0]} vs {y.shape[0]}.")
-        unknown = ~np.isin(y, self.classes_)
-        if unknown.any():
-            raise ValueError(f"y contains labels not seen in fit: {np.unique(y[unknown])[:5]}.")
-        y_index = np.searchsorted(self.classes_, y)
+        y_index = label_index(self, y, D.shape[0])
         if self.problems_ == "native":
             return self._native_margins(D, y_index)
         D = D / np.where(self.weight_norm_ > 0, self.weight_norm_, 1.0)
@@ -589,9 +583,4 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
     def _multiclass_margins(self, D, y_index):
         if self.problems_[0][0] is None:  # ovr
             return multiclass_margins(D, y_index)
-        out = np.full(D.shape[0], np.inf)
-        for p, (k, l) in enumerate(self.problems_):
-            signed = np.where(y_index == l, D[:, p], -D[:, p])
-            involved = (y_index == k) | (y_index == l)
-            out = np.where(involved, np.minimum(out, signed), out)
-        return out
+        return pairwise_margins(D, self.problems_, y_index)  # pair (k, l): positive means class l

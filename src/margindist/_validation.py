@@ -8,6 +8,7 @@ parameter and the remedy, before any solver sees the data; the scale check warns
 
 from __future__ import annotations
 
+import difflib
 import numbers
 import warnings
 
@@ -23,6 +24,7 @@ __all__ = [
     "check_class_weight",
     "check_class_totals",
     "check_labels",
+    "close_matches",
     "feature_scale_problem",
     "warn_degenerate",
     "warn_feature_scale",
@@ -46,6 +48,16 @@ def canonical_csr(X):
 def _plain(label):
     """A label as the user wrote it (a NumPy scalar as its Python value)."""
     return label.item() if isinstance(label, np.generic) else label
+
+
+def close_matches(word, choices, *, n: int = 3, cutoff: float = 0.6) -> list[str]:
+    """The ``choices`` closest to ``word`` ignoring case, best first (:func:`difflib.get_close_matches`
+    with the similarity ``cutoff`` in [0, 1]), for "did you mean" messages."""
+    by_lower: dict[str, str] = {}
+    for choice in choices:
+        by_lower.setdefault(str(choice).lower(), str(choice))
+    hits = difflib.get_close_matches(str(word).lower(), list(by_lower), n=n, cutoff=cutoff)
+    return [by_lower[h] for h in hits]
 
 
 def check_labels(y) -> None:

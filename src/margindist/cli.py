@@ -552,34 +552,22 @@ def _cmd_bench(args) -> int:
 
 
 # ---------------------------------------------------------------------- parser
-def _positive_int(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
-    return v
+def _int_option(ok, requirement):
+    """An argparse type: an integer for which ``ok(v)`` holds, else the ``requirement`` message."""
+    def parse(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not ok(v):
+            raise argparse.ArgumentTypeError(requirement.format(text=repr(text)))
+        return v
+    return parse
 
 
-def _cv_folds(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 2:
-        raise argparse.ArgumentTypeError(f"{text!r}: inner CV needs at least 2 folds")
-    return v
-
-
-def _workers(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v == 0 or v < -1:
-        raise argparse.ArgumentTypeError("must be a positive number of processes, or -1 for all cores")
-    return v
+_positive_int = _int_option(lambda v: v >= 1, "{text} must be >= 1")
+_cv_folds = _int_option(lambda v: v >= 2, "{text}: inner CV needs at least 2 folds")
+_workers = _int_option(lambda v: v >= 1 or v == -1, "must be a positive number of processes, or -1 for all cores")
 
 
 def _add_run_options(p):

@@ -27,7 +27,6 @@ A malformed file raises :class:`DatasetFormatError` naming the file and the line
 
 from __future__ import annotations
 
-import difflib
 import gzip
 import io
 import json
@@ -37,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 from sklearn.utils import Bunch
+
+from ._validation import close_matches
 
 __all__ = ["DatasetFormatError", "DatasetNotFoundError", "close_names", "data_dirs", "known_names", "list_datasets",
            "load_dataset"]
@@ -313,11 +314,7 @@ def close_names(name: str, data_dir=None, *, cutoff: float = _TYPO_CUTOFF, n: in
     Uses :func:`difflib.get_close_matches` with the given ``cutoff`` (a similarity ratio in
     [0, 1]) over :func:`known_names`.
     """
-    by_lower: dict[str, str] = {}
-    for known in known_names(data_dir):
-        by_lower.setdefault(known.lower(), known)
-    hits = difflib.get_close_matches(name.lower(), list(by_lower), n=n, cutoff=cutoff)
-    return [by_lower[h] for h in hits]
+    return close_matches(name, known_names(data_dir), n=n, cutoff=cutoff)
 
 
 def _did_you_mean(names: list[str]) -> str:

@@ -22,8 +22,10 @@ __all__ = [
     "estimator_weight_norm",
     "margin_stats",
     "msvmav_bound_term",
+    "label_index",
     "multiclass_margins",
     "normalized_margins",
+    "pairwise_margins",
     "semivariance",
 ]
 
@@ -180,7 +182,7 @@ def _libsvm_pair_coef(estimator) -> np.ndarray:
                       dtype=np.float64)
     n_support = np.asarray(estimator.n_support_)
     K = n_support.size
-    if K == 2:
+    if K <= 2 or dual.shape[0] == 1:  # binary, or a regressor (SVR) used as a score
         return dual.reshape(1, -1)
     locs = np.concatenate([[0], np.cumsum(n_support)])
     rows = []
@@ -263,7 +265,7 @@ def estimator_weight_norm(estimator) -> np.ndarray:
     name = type(est).__name__
     if hasattr(est, "weight_norm_"):
         return np.atleast_1d(np.asarray(est.weight_norm_, dtype=np.float64))
-    if _is_libsvm(est):
+    if hasattr(est, "dual_coef_") and hasattr(est, "support_vectors_"):  # SVC, NuSVC, SVR ...
         return _libsvm_norms(est)
     if hasattr(est, "coef_"):
         W = est.coef_
@@ -280,8 +282,9 @@ def estimator_weight_norm(estimator) -> np.ndarray:
     )
 
 
-def _check_labels(est, y, n) -> np.ndarray:
-    """Indices of y in est.classes_, with clear errors for a length mismatch or unseen labels."""
+def label_index(est, y, n) -> np.ndarray:
+    """Indices of y in ``est.classes_``, with clear errors for a length mismatch (n rows of X)
+    or labels not seen in fit."""
     classes = getattr(est, "classes_", None)
     if classes is None:
         raise TypeError(f"{type(est).__name__} has no classes_: margins need a fitted classifier.")
@@ -385,7 +388,7 @@ def estimator_margins(estimator, X, y, *, norm=None) -> np.ndarray:
         D = np.asarray(ovo.decision_function(Xt), dtype=np.float64)
     else:
         D = np.asarray(est.decision_function(Xt), dtype=np.float64)
-    y_index = _check_labels(est, y, D.shape[0])
+    y_index = label_index(est, y, D.shape[0])
     n_scores = 1 if D.ndim == 1 else D.shape[1]
     norms = _check_norm(norms if norm is None else norm, n_scores, name)
     K = est.classes_.size
@@ -393,15 +396,7 @@ def estimator_margins(estimator, X, y, *, norm=None) -> np.ndarray:
         return np.where(y_index == 1, 1.0, -1.0) * D.ravel() / norms[0]
     D = D / norms
     if _is_libsvm(est):  # one-vs-one: pair (i, j), i < j, positive means class i
-        out = np.full(D.shape[0], np.inf)
-        p = 0
-        for i in range(K):
-            for j in range(i + 1, K):
-                signed = np.where(y_index == i, D[:, p], -D[:, p])
-                involved = (y_index == i) | (y_index == j)
-                out = np.where(involved, np.minimum(out, signed), out)
-                p += 1
-        return out
+        return pairwise_margins(D, [(j, i) for i in range(K) for j in range(i + 1, K)], y_index)
     if n_scores != K:
         raise ValueError(
             f"{name}.decision_function gives {n_scores} scores per sample for {K} classes; "
@@ -432,6 +427,26 @@ def multiclass_margins(scores, y_index) -> np.ndarray:
     others = scores.copy()
     others[rows, y_index] = -np.inf
     return true - others.max(axis=1)
+
+
+def pairwise_margins(scores, pairs, y_index) -> np.ndarray:
+    """Multi-class margins of pairwise (one-vs-one) classifiers: for each example the smallest
+    signed score among the pairs that involve its class.
+
+    Parameters
+    ----------
+    scores : array of shape (n, P)
+        Normalised score of pair p; positive means its positive class.
+    pairs : sequence of P (negative class index, positive class index)
+    y_index : int array of shape (n,)
+        Index of the true class.
+    """
+    out = np.full(scores.shape[0], np.inf)
+    for p, (neg, pos) in enumerate(pairs):
+        signed = np.where(y_index == pos, scores[:, p], -scores[:, p])
+        involved = (y_index == neg) | (y_index == pos)
+        out = np.where(involved, np.minimum(out, signed), out)
+    return out
 
 
 def semivariance(margins, *, sample_weight=None) -> float:

@@ -32,6 +32,9 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .. import metrics
+from .._validation import close_matches
+
 __all__ = [
     "MethodInfo",
     "SVRClassifier",
@@ -200,7 +203,7 @@ class SVRClassifier(ClassifierMixin, BaseEstimator):
         """Normalised margins y f(x) / ||w|| (RKHS norm for kernels)."""
         f = self.decision_function(X)
         y_pm = np.where(np.asarray(y) == self.classes_[1], 1.0, -1.0)
-        return y_pm * f / _weight_norm(self.regressor_)
+        return y_pm * f / float(metrics.estimator_weight_norm(self.regressor_)[0])
 
 
 class PegasosClassifier(ClassifierMixin, BaseEstimator):
@@ -250,26 +253,6 @@ class PegasosClassifier(ClassifierMixin, BaseEstimator):
         return self.classes_[(D > 0).astype(int)] if D.ndim == 1 else self.classes_[D.argmax(axis=1)]
 
 
-def _weight_norm(model) -> float:
-    """||w|| of a fitted binary scikit-learn linear model or SVC/SVR (RKHS norm)."""
-    coef = getattr(model, "coef_", None)
-    kernel = getattr(model, "kernel", "linear")
-    if coef is not None and kernel == "linear":
-        return float(np.linalg.norm(np.asarray(coef.toarray() if hasattr(coef, "toarray") else coef)))
-    if hasattr(model, "dual_coef_") and hasattr(model, "support_vectors_"):
-        from sklearn.metrics.pairwise import pairwise_kernels
-
-        a = np.asarray(model.dual_coef_).ravel()
-        kw = {"gamma": model._gamma} if kernel in ("rbf", "poly", "sigmoid") else {}
-        if kernel == "poly":
-            kw.update(degree=model.degree, coef0=model.coef0)
-        if kernel == "sigmoid":
-            kw.update(coef0=model.coef0)
-        K = pairwise_kernels(model.support_vectors_, metric=kernel, **kw)
-        return float(np.sqrt(max(a @ K @ a, 0.0)))
-    raise TypeError(f"no weight norm for {type(model).__name__}")
-
-
 def estimator_margins(est, X, y):
     """Normalised margins of a fitted model, or (None, reason) where they are not defined.
 
@@ -286,14 +269,11 @@ def estimator_margins(est, X, y):
     if classes is None or len(classes) != 2:
         return None, "margins are defined here for binary models only"
     try:
-        norm = _weight_norm(est)
+        return metrics.estimator_margins(est, X, y), ""
     except TypeError:
         return None, f"no weight norm for {type(est).__name__}"
-    if not norm > 0:
-        return None, "zero weight vector"
-    f = np.asarray(est.decision_function(X), dtype=np.float64).ravel()
-    y_pm = np.where(np.asarray(y) == classes[1], 1.0, -1.0)
-    return y_pm * f / norm, ""
+    except ValueError as exc:
+        return None, str(exc)
 
 
 def _svm(kernel, params, rs):
@@ -399,15 +379,10 @@ def list_methods() -> list[str]:
 
 def did_you_mean(word, choices) -> str:
     """`` (did you mean 'x'?)`` for the choices closest to ``word`` (case-insensitive), else ``""``."""
-    import difflib
-
-    by_lower = {}
-    for c in choices:
-        by_lower.setdefault(str(c).lower(), str(c))
-    close = difflib.get_close_matches(str(word).lower(), list(by_lower), n=2, cutoff=0.6)
+    close = close_matches(word, choices, n=2, cutoff=0.6)
     if not close:
         return ""
-    return " (did you mean " + " or ".join(repr(by_lower[c]) for c in close) + "?)"
+    return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"
 
 
 def get_method(name: str) -> MethodInfo:
