@@ -315,15 +315,19 @@ def _run_task(task: Task, rec: dict) -> None:
         extra["margin_stats"] = {k: st[k] for k in ("mean", "std", "min", "semivariance", "bound_term",
                                                     "frac_negative")}
         if task.store_margins:
-            q = np.linspace(0.0, 1.0, min(MARGIN_POINTS, margins.size))
-            extra["margins"] = [float(v) for v in np.quantile(margins, q)]
+            extra["margins"] = _margin_curve(margins)
             test_m, _ = estimator_margins(est, data.X_test, data.y_test)
             if test_m is not None and test_m.size and np.all(np.isfinite(test_m)):
-                q = np.linspace(0.0, 1.0, min(MARGIN_POINTS, test_m.size))
-                extra["test_margins"] = [float(v) for v in np.quantile(test_m, q)]
+                extra["test_margins"] = _margin_curve(test_m)
     elif why:
         extra["margin_note"] = why
     rec["info"] = extra
+
+
+def _margin_curve(margins) -> list:
+    """At most ``MARGIN_POINTS`` evenly spaced quantiles of the margins (what a figure draws)."""
+    q = np.linspace(0.0, 1.0, min(MARGIN_POINTS, margins.size))
+    return [float(v) for v in np.quantile(margins, q)]
 
 
 # ---------------------------------------------------------------------- planning
