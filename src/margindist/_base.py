@@ -17,11 +17,15 @@
 * ``decision_function`` (shape (n,) for two classes, (n, K) otherwise), ``predict``
   consistent with it, and ``margins(X, y)``: normalised margins y f(x) / ||w||.
 
-A subclass implements ``_fit_binary(X, y, sample_weight, kernel)`` returning a
-:class:`BinaryModel` (y in {-1, +1}; kernel the resolved :class:`~margindist.kernels.KernelSpec`
-or None for linear-only methods) — or ``_solve(...)`` when it needs per-sub-problem seeds,
-warm-start states or set-up shared by one-vs-rest sub-problems (see :meth:`_solve`) — and
-optionally ``_fit_multiclass`` for native multi-class methods.
+A binary method implements one hook, ``_fit_binary(problem)``: it gets a :class:`BinaryProblem`
+(rows X, labels y in {-1, +1}, sample weights, the resolved
+:class:`~margindist.kernels.KernelSpec` or None for linear-only methods, the previous fit's
+warm-start state, set-up shared by one-vs-rest sub-problems, a seed) and returns a
+:class:`BinaryModel`. The one alternative is a native multi-class method, which sets
+``_native_multiclass = True`` and implements ``_fit_multiclass``. Optional hooks: ``_prepare``
+(per-fit set-up before any sub-problem), ``_shared_setup``, ``_warm_key``, ``_set_extra``, and
+for streaming methods ``_partial_fit_binary`` (the per-method step of the shared
+:meth:`BaseMarginClassifier._partial_fit`).
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ from .metrics import label_index, multiclass_margins, pairwise_margins
 
 logger = logging.getLogger("margindist")
 
-__all__ = ["BaseMarginClassifier", "BinaryModel", "FitLogger", "combined_sample_weight", "get_logger"]
+__all__ = ["BaseMarginClassifier", "BinaryModel", "BinaryProblem", "FitLogger", "combined_sample_weight", "get_logger"]
 
 
 _STDERR = logging.StreamHandler()
@@ -135,6 +139,40 @@ class BinaryModel:
     norm_sq: float | None = None
 
 
+@dataclass
+class BinaryProblem:
+    """One binary sub-problem, the argument of ``_fit_binary`` and ``_partial_fit_binary``.
+
+    ``X`` holds the rows of this sub-problem (validated float64/float32 ndarray or CSR matrix,
+    or the Gram matrix block for ``kernel="precomputed"``; rows of weight 0 already removed),
+    ``y`` their labels in {-1, +1} (float64; +1 is ``classes_[1]``, or the class of a
+    one-vs-rest sub-problem, or the second class of a one-vs-one pair) and ``sample_weight``
+    their positive weights (float64, class weights folded in).
+    """
+
+    X: object
+    y: np.ndarray
+    sample_weight: np.ndarray
+    #: The resolved kernel (``kernel.is_linear``, ``kernel.kind`` ...), None for methods without
+    #: a ``kernel`` parameter and in ``partial_fit``.
+    kernel: KernelSpec | None = None
+    #: ``extra["warm"]`` that the same sub-problem returned last time: in ``fit``, the previous
+    #: fit's when ``warm_start`` is on and ``_warm_key`` matches; in ``partial_fit``, the
+    #: previous call's (or fit's) while the stream continues (see ``_stream_states``); else None.
+    warm: object = None
+    #: The result of ``_shared_setup`` when the sub-problems run one after the other on the
+    #: same rows (one-vs-rest), else None.
+    shared: object = None
+    #: Seed of this sub-problem: an int drawn from ``random_state`` (0 for estimators without
+    #: one); in ``partial_fit`` whatever ``_stream_seeds`` gives.
+    seed: object = 0
+    #: Indices of this sub-problem's rows in the fitted data; None for all rows (two classes,
+    #: one-vs-rest).
+    rows: np.ndarray | None = None
+    #: (negative class index or None for "the rest", positive class index).
+    classes: tuple = (0, 1)
+
+
 def combined_sample_weight(sample_weight, class_weight, X, y, classes) -> np.ndarray:
     """sample_weight (default ones) times the class weights of ``class_weight``.
 
@@ -200,14 +238,31 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
 
     #: Native multi-class methods set this and implement ``_fit_multiclass``.
     _native_multiclass = False
+    #: The ``multi_class`` strategies that ``partial_fit`` supports for more than two classes.
+    _stream_multi_class = ("ovr", "ovo")
 
     # ------------------------------------------------------------------ hooks
-    def _fit_binary(self, X, y, sample_weight, kernel) -> BinaryModel:  # pragma: no cover
+    def _fit_binary(self, problem: BinaryProblem) -> BinaryModel:  # pragma: no cover
+        """Fit one binary sub-problem (see :class:`BinaryProblem`).
+
+        Return ``BinaryModel(coef=w, ...)`` for a linear model or ``BinaryModel(dual_coef=a,
+        ...)`` with ``a`` over the rows of ``problem.X``. A state to start the same sub-problem
+        from next time (``warm_start``, ``partial_fit``) goes into ``extra["warm"]``.
+        """
         raise NotImplementedError
 
     def _fit_multiclass(self, X, y_index, sample_weight, kernel):  # pragma: no cover
-        """Native multi-class fit: returns (coef (K, d), intercept (K,), n_iter, extra)."""
+        """Native multi-class fit: returns (coef (K, d), intercept (K,), n_iter, extra).
+
+        The one alternative to ``_fit_binary``, for classes that set ``_native_multiclass``:
+        ``y_index`` in 0..K-1, one weight vector per class.
+        """
         raise NotImplementedError
+
+    def _prepare(self, X, y_index, sample_weight, kernel):
+        """Per-fit set-up, called once after validation and before any sub-problem (binary or
+        native) with the rows to fit; what every sub-problem must share, parallel ones
+        included, goes into attributes of ``self`` (e.g. one Nyström landmark seed)."""
 
     def _kernel_spec(self, X, sample_weight=None) -> KernelSpec | None:
         """Resolve ``self.kernel`` on the training data; None for linear-only methods."""
@@ -314,6 +369,7 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
             keep, X_fit, y_fit, sw_fit = None, X, y_index, sw
         spec = self._kernel_spec(X_fit, sw_fit)
         scale_problem = self._warn_scale(X_fit, spec)
+        self._prepare(X_fit, y_fit, sw_fit, spec)
         if self._native_multiclass:
             self._fit_native(X_fit, y_fit, sw_fit, spec)
         else:
@@ -333,7 +389,7 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         self.n_iter_ = n_iter
         self._set_extra([extra])
         self._kernel_fit_ = None
-        self.problems_ = "native"
+        self.problems_ = [(None, k) for k in range(self.coef_.shape[0])]
 
     def _warn_scale(self, X, spec):
         """Warn when the features are on an extreme scale for this model; returns the problem.
@@ -416,29 +472,25 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         raise ValueError(f"multi_class must be 'ovr' or 'ovo'; got {strategy!r}.")
 
     # ------------------------------------------------------------------ sub-problems
-    def _solve(self, X, y, sample_weight, kernel, warm, shared, seed) -> BinaryModel:
-        """Fit one binary sub-problem.
-
-        Methods with warm starts, random seeds or set-up work that one-vs-rest sub-problems can
-        share override this; the others implement ``_fit_binary``. ``warm`` is the
-        ``extra["warm"]`` of the same sub-problem in the previous fit (None when ``warm_start``
-        is off or the previous fit is not comparable, see :meth:`_warm_key`), ``shared`` the
-        result of :meth:`_shared_setup` (None for row subsets and parallel fits), ``seed`` an
-        int drawn from ``random_state`` for this sub-problem.
-        """
-        return self._fit_binary(X, y, sample_weight, kernel)
-
     def _shared_setup(self, X, sample_weight, kernel):
-        """Work that one-vs-rest sub-problems (same rows, different labels) can share."""
+        """Work that one-vs-rest sub-problems (same rows, different labels) can share; it
+        reaches ``_fit_binary`` as ``problem.shared``."""
         return None
 
     def _warm_key(self, X, kernel, problems):
         """What must match for the previous fit's sub-problem states to be valid starts."""
         return (X.shape, None if kernel is None else kernel.kind, [cls for _, _, cls in problems])
 
+    def _problem(self, X, sw, spec, problem, warm=None, shared=None, seed=0) -> BinaryProblem:
+        """The :class:`BinaryProblem` of one (rows, y in {-1, +1}, classes) sub-problem."""
+        rows, y_pm, cls = problem
+        if rows is not None:
+            X, sw, shared = _take_rows(X, rows, self._pairwise()), sw[rows], None
+        return BinaryProblem(X=X, y=y_pm, sample_weight=sw, kernel=spec, warm=warm, shared=shared,
+                             seed=seed, rows=rows, classes=cls)
+
     def _fit_problems(self, X, y_index, sw, spec, problems):
         """Fit every sub-problem (in parallel with ``n_jobs``) and keep their warm-start states."""
-        pairwise = self._pairwise()
         key = self._warm_key(X, spec, problems)
         prev = getattr(self, "_warm_state", None) if getattr(self, "warm_start", False) else None
         warm = prev["states"] if prev is not None and prev["key"] == key else [None] * len(problems)
@@ -452,22 +504,75 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         if sequential and len(problems) > 1 and all(rows is None for rows, _, _ in problems):
             shared = self._shared_setup(X, sw, spec)
 
-        def one(k, rows, y_pm):
-            if rows is None:
-                return self._solve(X, y_pm, sw, spec, warm[k], shared, int(seeds[k]))
-            return self._solve(_take_rows(X, rows, pairwise), y_pm, sw[rows], spec, warm[k], None, int(seeds[k]))
+        def one(k):
+            return self._fit_binary(self._problem(X, sw, spec, problems[k], warm[k], shared, int(seeds[k])))
 
         if sequential:
-            models = [one(k, rows, y_pm) for k, (rows, y_pm, _) in enumerate(problems)]
+            models = [one(k) for k in range(len(problems))]
         else:
-            models = Parallel(n_jobs=n_jobs)(delayed(one)(k, rows, y_pm) for k, (rows, y_pm, _) in enumerate(problems))
-        self._warm_state = {"key": key, "states": [m.extra.pop("warm", None) for m in models]}
+            models = Parallel(n_jobs=n_jobs)(delayed(one)(k) for k in range(len(problems)))
+        self._warm_state = {"key": key, "states": [m.extra.pop("warm", None) for m in models],
+                            "seeds": [int(s) for s in seeds]}
         return models
+
+    # ------------------------------------------------------------------ streaming
+    def _partial_fit_binary(self, problem: BinaryProblem) -> BinaryModel:  # pragma: no cover
+        """The per-method step of :meth:`_partial_fit` on one sub-problem: continue from
+        ``problem.warm`` (None: start afresh) on the batch and return the model, with the state
+        to continue from next time in ``extra["warm"]``."""
+        raise NotImplementedError
+
+    def _stream_states(self, X, problems):
+        """The per-sub-problem states that ``partial_fit`` continues from, or None to start
+        afresh: by default those of the last ``fit`` or ``partial_fit`` when
+        ``_warm_key(X, None, problems)`` matches their key."""
+        prev = getattr(self, "_warm_state", None)
+        if prev is None or prev["key"] != self._warm_key(X, None, problems):
+            return None
+        return prev["states"]
+
+    def _stream_seeds(self, n_problems, restart: bool):
+        """Seeds of the sub-problems of one ``partial_fit`` call: by default ints drawn from
+        ``random_state`` when the stream (re)starts (the same draw as ``fit``'s), else those
+        kept with the states it continues."""
+        if not restart:
+            return self._warm_state["seeds"]
+        seeds = check_random_state(getattr(self, "random_state", None)).randint(0, 2**31 - 1, size=n_problems)
+        return [int(s) for s in seeds]
+
+    def _partial_fit(self, X, y, classes, sample_weight):
+        """The shared body of ``partial_fit``: checks (:meth:`_partial_fit_data`), the
+        sub-problems of the batch, their states and seeds, one ``_partial_fit_binary`` step
+        each, and the fitted attributes. Returns self.
+
+        The states are kept in the same place as ``fit``'s warm-start states, under the key
+        ``_warm_key(X, None, problems)``; ``_stream_states`` says which states a call
+        continues from (after ``fit``, too), ``_stream_seeds`` which seeds a new state gets,
+        ``_stream_multi_class`` which ``multi_class`` strategies are supported.
+        """
+        first = not hasattr(self, "classes_")
+        X, y_index, sw = self._partial_fit_data(X, y, classes, sample_weight, first)
+        K = self.classes_.size
+        strategy = getattr(self, "multi_class", "ovr")
+        if K > 2 and strategy not in self._stream_multi_class:
+            allowed = " or ".join(repr(s) for s in self._stream_multi_class)
+            raise ValueError(f"partial_fit supports multi_class={allowed} only; got {strategy!r}.")
+        problems = self._binary_problems(y_index, K)
+        states = None if first else self._stream_states(X, problems)
+        seeds = self._stream_seeds(len(problems), restart=states is None)
+        states = states if states is not None else [None] * len(problems)
+        models = [self._partial_fit_binary(self._problem(X, sw, None, problem, states[p], None, seeds[p]))
+                  for p, problem in enumerate(problems)]
+        self._warm_state = {"key": self._warm_key(X, None, problems),
+                            "states": [m.extra.pop("warm", None) for m in models], "seeds": seeds}
+        self.shape_fit_ = X.shape
+        self._assemble(X, models, problems, None, None)
+        return self
 
     def _assemble(self, X, models, problems, spec, keep):
         """Store fitted state of all sub-problems in scikit-learn's attribute layout."""
         P = len(models)
-        self.problems_ = [cls for _, _, cls in problems] if P > 1 else "binary"
+        self.problems_ = [cls for _, _, cls in problems]
         self.n_iter_ = models[0].n_iter if P == 1 else np.array([m.n_iter for m in models])
         self._set_extra([m.extra for m in models])
         intercept = np.array([m.intercept for m in models], dtype=np.float64)
@@ -532,11 +637,11 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         (n, K) with one column per class (argmax is the prediction)."""
         D = self._raw_decision(X)
         K = self.classes_.size
-        if self.problems_ == "native":
+        if self._native_multiclass:
             return D[:, 1] - D[:, 0] if K == 2 else D
         if K == 2:
             return D[:, 0]
-        if isinstance(self.problems_, list) and self.problems_ and self.problems_[0][0] is not None:
+        if self.problems_[0][0] is not None:
             return _ovo_decision(D, self.problems_, K)
         return D
 
@@ -561,7 +666,7 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         """
         D = self._raw_decision(X)
         y_index = label_index(self, y, D.shape[0])
-        if self.problems_ == "native":
+        if self._native_multiclass:
             return self._native_margins(D, y_index)
         D = D / np.where(self.weight_norm_ > 0, self.weight_norm_, 1.0)
         if self.classes_.size == 2:

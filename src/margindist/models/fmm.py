@@ -91,8 +91,10 @@ class FMM(BaseMarginClassifier):
     dual_bound_ : float or ndarray
         min_t ||Z^T q_t||: on separable data an upper bound of the hard margin (scaled units),
         so ``dual_bound_ - margin_`` bounds the remaining gap.
-    problems_ : str or list
-        ``"binary"`` for two classes, else the classes of each sub-problem.
+    problems_ : list of tuple
+        One (negative class, positive class) pair of indices into ``classes_`` per
+        sub-problem (the negative is None for "the rest" of one-vs-rest): ``[(0, 1)]`` for
+        two classes, else one entry per one-vs-rest or one-vs-one sub-problem.
     n_features_in_ : int
         Number of features seen during :meth:`fit`.
     feature_names_in_ : ndarray of shape (n_features,)
@@ -149,7 +151,8 @@ class FMM(BaseMarginClassifier):
         self.n_jobs = n_jobs
         self.verbose = verbose
 
-    def _fit_binary(self, X, y, sample_weight, kernel):
+    def _fit_binary(self, problem):
+        X, y, sample_weight = problem.X, problem.y, problem.sample_weight
         log = get_logger(self.verbose)
         res = fmm(X, y, sample_weight, step=self.step, max_iter=self.max_iter,
                   fit_intercept=self.fit_intercept, tol=self.tol)

@@ -169,8 +169,10 @@ class KMOMD(BaseMarginClassifier):
     n_iter_ : int or ndarray
         Pair updates, plus the L-BFGS iterations for ``solver="lbfgs"`` or the active-set
         Newton iterations of the kernel solver (per sub-problem for more than two classes).
-    problems_ : str or list
-        ``"binary"`` for two classes, else the classes of each sub-problem.
+    problems_ : list of tuple
+        One (negative class, positive class) pair of indices into ``classes_`` per
+        sub-problem (the negative is None for "the rest" of one-vs-rest): ``[(0, 1)]`` for
+        two classes, else one entry per one-vs-rest or one-vs-one sub-problem.
     n_features_in_ : int
         Number of features seen during :meth:`fit`.
     feature_names_in_ : ndarray of shape (n_features,)
@@ -275,7 +277,8 @@ class KMOMD(BaseMarginClassifier):
             return "lbfgs" if self.lam > 0 else "primal"
         return "dual"
 
-    def _solve(self, X, y, sample_weight, kernel, warm, shared, seed):
+    def _fit_binary(self, problem):
+        X, y, sample_weight, kernel, warm = problem.X, problem.y, problem.sample_weight, problem.kernel, problem.warm
         log = get_logger(self.verbose)
         m = X.shape[0]
         init = warm if warm is not None and warm.shape == (m,) else None  # the previous gamma

@@ -153,8 +153,10 @@ class LDM(BaseMarginClassifier):
         normaliser of :meth:`margins`.
     n_iter_ : int or ndarray of shape (n_problems,)
         DCD epochs or ASGD epochs (per sub-problem for more than two classes).
-    problems_ : str or list
-        ``"binary"`` for two classes, else the classes of each sub-problem.
+    problems_ : list of tuple
+        One (negative class, positive class) pair of indices into ``classes_`` per
+        sub-problem (the negative is None for "the rest" of one-vs-rest): ``[(0, 1)]`` for
+        two classes, else one entry per one-vs-rest or one-vs-one sub-problem.
     n_features_in_ : int
         Number of features seen during :meth:`fit`.
     feature_names_in_ : ndarray of shape (n_features,)
@@ -198,6 +200,8 @@ class LDM(BaseMarginClassifier):
             "different paths (see the dense check)."
         ),
     }
+
+    _stream_multi_class = ("ovr",)
 
     _parameter_constraints = {
         "lambda1": NON_NEGATIVE,
@@ -284,7 +288,9 @@ class LDM(BaseMarginClassifier):
         return G
 
     # ------------------------------------------------------------------ fit
-    def _solve(self, X, y, sample_weight, kernel, warm, shared, seed):
+    def _fit_binary(self, problem):
+        X, y, sample_weight, kernel = problem.X, problem.y, problem.sample_weight, problem.kernel
+        warm, shared, seed = problem.warm, problem.shared, problem.seed
         log = get_logger(self.verbose)
         B = self._bias()
         l1, l2, C = float(self.lambda1), float(self.lambda2), float(self.C)
@@ -302,6 +308,8 @@ class LDM(BaseMarginClassifier):
                     max_iter=self.max_iter or _DCD_MAX_ITER, beta0=beta0, random_state=seed, factor=shared,
                 )
                 state = {"beta": beta, "v": np.append(w, b / B if B else 0.0)}
+                if problem.rows is None:  # partial_fit continues from the solution, on all rows
+                    state["asgd"] = ASGDState.from_weights(state["v"], X, y, sample_weight, B)
             else:
                 st = None
                 if warm.get("v") is not None and warm["v"].shape[0] == X.shape[1] + 1:
@@ -325,21 +333,6 @@ class LDM(BaseMarginClassifier):
         log.info("LDM: %d epochs", n_iter)
         return BinaryModel(dual_coef=alpha, intercept=B * B * float(alpha.sum()), n_iter=n_iter,
                            extra={"warm": {"beta": beta}})
-
-    def _fit_problems(self, X, y_index, sw, spec, problems):
-        models = super()._fit_problems(X, y_index, sw, spec, problems)
-        # keep an averaged-SGD state per sub-problem so that partial_fit continues this fit
-        states = []
-        if spec.is_linear and all(rows is None for rows, _, _ in problems):
-            for st, (_, y_pm, _) in zip(self._warm_state["states"], problems):
-                if st.get("asgd") is not None:
-                    states.append(st["asgd"])
-                else:
-                    states.append(ASGDState.from_weights(st["v"], X, y_pm, sw, self._bias()))
-            self._asgd_states = states
-        else:
-            self._asgd_states = None
-        return models
 
     # ------------------------------------------------------------------ streaming
     @available_if(_linear_only)
@@ -372,27 +365,30 @@ class LDM(BaseMarginClassifier):
         self : LDM
             The updated estimator.
         """
-        first = not hasattr(self, "classes_") or getattr(self, "_asgd_states", None) is None
-        X, y_index, sw = self._partial_fit_data(X, y, classes, sample_weight, first)
-        if self.multi_class == "ovo" and self.classes_.size > 2:
-            raise ValueError("partial_fit supports multi_class='ovr' only.")
-        K = self.classes_.size
-        if K == 2:
-            problems = [(None, np.where(y_index == 1, 1.0, -1.0), (0, 1))]
-        else:
-            problems = [(None, np.where(y_index == k, 1.0, -1.0), (None, k)) for k in range(K)]
-        if first:
-            self._asgd_states = [None] * len(problems)
-            self.shape_fit_ = X.shape
-        rs = check_random_state(self.random_state)
-        B = self._bias()
-        log = get_logger(self.verbose)
-        models = []
-        for k, (_, y_pm, _) in enumerate(problems):
-            w, b, st, _ = ldm_asgd(X, y_pm, sw, float(self.lambda1), float(self.lambda2), float(self.C), bias=B,
-                                   n_epochs=1, state=self._asgd_states[k], random_state=rs, log=log)
-            self._asgd_states[k] = st
-            models.append(BinaryModel(coef=w, intercept=b, n_iter=1))
-        self._assemble(X, models, problems, None, None)
-        self._warm_state = None
-        return self
+        return self._partial_fit(X, y, classes, sample_weight)
+
+    @property
+    def _asgd_states(self):
+        """The averaged-SGD state of every sub-problem that ``partial_fit`` continues from
+        (after a linear fit on all rows, or ``partial_fit``), else None."""
+        prev = getattr(self, "_warm_state", None)
+        if prev is None or not all(st is not None and st.get("asgd") is not None for st in prev["states"]):
+            return None
+        return [st["asgd"] for st in prev["states"]]
+
+    def _stream_states(self, X, problems):
+        states = self._asgd_states
+        if states is None or len(states) != len(problems):
+            return None
+        return self._warm_state["states"]
+
+    def _stream_seeds(self, n_problems, restart):
+        # every call draws its orders from random_state anew, one generator for all sub-problems
+        return [check_random_state(self.random_state)] * n_problems
+
+    def _partial_fit_binary(self, problem):
+        st = None if problem.warm is None else problem.warm["asgd"]
+        w, b, st, _ = ldm_asgd(problem.X, problem.y, problem.sample_weight, float(self.lambda1),
+                               float(self.lambda2), float(self.C), bias=self._bias(), n_epochs=1, state=st,
+                               random_state=problem.seed, log=get_logger(self.verbose))
+        return BinaryModel(coef=w, intercept=b, n_iter=1, extra={"warm": {"asgd": st}})

@@ -86,8 +86,10 @@ class LSSVM(BaseMarginClassifier):
         normaliser of :meth:`margins`.
     n_iter_ : int or ndarray of shape (n_problems,)
         CG matrix-vector products, 1 for a direct solve.
-    problems_ : str or list
-        ``"binary"`` for two classes, else the classes of each sub-problem.
+    problems_ : list of tuple
+        One (negative class, positive class) pair of indices into ``classes_`` per
+        sub-problem (the negative is None for "the rest" of one-vs-rest): ``[(0, 1)]`` for
+        two classes, else one entry per one-vs-rest or one-vs-one sub-problem.
     n_features_in_ : int
         Number of features seen during :meth:`fit`.
     feature_names_in_ : ndarray of shape (n_features,)
@@ -144,7 +146,8 @@ class LSSVM(BaseMarginClassifier):
         self.n_jobs = n_jobs
         self.verbose = verbose
 
-    def _fit_binary(self, X, y, sample_weight, kernel):
+    def _fit_binary(self, problem):
+        X, y, sample_weight, kernel = problem.X, problem.y, problem.sample_weight, problem.kernel
         log = get_logger(self.verbose)
         m, d = X.shape
         if kernel.is_linear:

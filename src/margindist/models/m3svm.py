@@ -125,6 +125,9 @@ class M3SVM(BaseMarginClassifier):
         L-BFGS iterations or Adam epochs.
     objective_ : float
         The final value of the objective of Eq. 25 (with the sample weights).
+    problems_ : list of tuple
+        ``[(None, 0), ..., (None, n_classes - 1)]``: one entry per class k, whose row of
+        ``coef_`` scores class k against the rest (the same layout as one-vs-rest).
     n_features_in_ : int
         Number of features seen during :meth:`fit`.
     feature_names_in_ : ndarray of shape (n_features,)

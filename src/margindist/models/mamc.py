@@ -73,8 +73,10 @@ class MAMC(BaseMarginClassifier):
         normaliser of :meth:`margins`.
     n_iter_ : int or ndarray of shape (n_problems,)
         0: a closed form.
-    problems_ : str or list
-        ``"binary"`` for two classes, else the classes of each sub-problem.
+    problems_ : list of tuple
+        One (negative class, positive class) pair of indices into ``classes_`` per
+        sub-problem (the negative is None for "the rest" of one-vs-rest): ``[(0, 1)]`` for
+        two classes, else one entry per one-vs-rest or one-vs-one sub-problem.
     n_features_in_ : int
         Number of features seen during :meth:`fit`.
     feature_names_in_ : ndarray of shape (n_features,)
@@ -127,7 +129,8 @@ class MAMC(BaseMarginClassifier):
         self.multi_class = multi_class
         self.n_jobs = n_jobs
 
-    def _fit_binary(self, X, y, sample_weight, kernel):
+    def _fit_binary(self, problem):
+        X, y, sample_weight, kernel = problem.X, problem.y, problem.sample_weight, problem.kernel
         if kernel.is_linear:
             w, b = mamc_linear(X, y, sample_weight, self.bias)
             return BinaryModel(coef=w, intercept=b)

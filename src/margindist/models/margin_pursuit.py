@@ -7,7 +7,6 @@ from numbers import Integral, Real
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.metaestimators import available_if
 
@@ -159,8 +158,10 @@ class MarginPursuit(BaseMarginClassifier):
         SGD: the mean objective estimate of every pass; GD: J at every iterate.
     n_iter_ : int or ndarray
         Passes (SGD) or iterations (GD) run by the last call.
-    problems_ : str or list
-        ``"binary"`` for two classes, else the classes of each sub-problem.
+    problems_ : list of tuple
+        One (negative class, positive class) pair of indices into ``classes_`` per
+        sub-problem (the negative is None for "the rest" of one-vs-rest): ``[(0, 1)]`` for
+        two classes, else one entry per one-vs-rest or one-vs-one sub-problem.
     n_features_in_ : int
         Number of features seen during :meth:`fit`.
     feature_names_in_ : ndarray of shape (n_features,)
@@ -277,8 +278,8 @@ class MarginPursuit(BaseMarginClassifier):
         return (X.shape[1], self.solver, [cls for _, _, cls in problems])
 
     # ------------------------------------------------------------------ fit
-    def _solve(self, X, y, sample_weight, kernel, warm, shared, seed):
-        return self._fit_one(X, y, sample_weight, seed, warm)
+    def _fit_binary(self, problem):
+        return self._fit_one(problem.X, problem.y, problem.sample_weight, problem.seed, problem.warm)
 
     def _fit_one(self, X, y, sw, seed, warm):
         log = get_logger(self.verbose) if self.verbose else None
@@ -358,34 +359,17 @@ class MarginPursuit(BaseMarginClassifier):
         self : MarginPursuit
             The updated estimator.
         """
-        first = not hasattr(self, "classes_")
-        X, y_index, sw = self._partial_fit_data(X, y, classes, sample_weight, first)
-        problems = self._binary_problems(y_index, self.classes_.size)
-        P = len(problems)
-        key = self._warm_key(X, None, problems)
-        prev = getattr(self, "_warm_state", None)
-        if first or prev is None or prev["key"] != key:
-            states = [None] * P
-            self._pf_seeds_ = check_random_state(self.random_state).randint(
-                np.iinfo(np.int32).max, size=P)
-        else:
-            states = prev["states"]
-        log = get_logger(self.verbose) if self.verbose else None
-        models = []
-        for p, (rows, y_pm, _) in enumerate(problems):
-            Xp, swp = (X, sw) if rows is None else (X[rows], sw[rows])
-            st = None if states[p] is None else states[p]["sgd"]
-            if Xp.shape[0] > 0:
-                if st is None:
-                    st = self._new_sgd_state(X.shape[1], float(swp.sum()), int(self._pf_seeds_[p]))
-                sgd_passes(Xp, y_pm, swp, st, n_passes=1, batch_size=self.batch_size,
-                           average=self.average, tol=None, log=log, **self._solver_kw())
-            if st is None:  # a one-vs-one pair not seen yet
-                models.append(BinaryModel(coef=np.zeros(X.shape[1]), intercept=0.0, n_iter=0,
-                                          extra={"warm": None, "scale": np.nan}))
-            else:
-                models.append(self._sgd_model(st, 1))
-        self._warm_state = {"key": key, "states": [m.extra.pop("warm", None) for m in models]}
-        self.shape_fit_ = X.shape
-        self._assemble(X, models, problems, None, None)
-        return self
+        return self._partial_fit(X, y, classes, sample_weight)
+
+    def _partial_fit_binary(self, problem):
+        X, sw = problem.X, problem.sample_weight
+        st = None if problem.warm is None else problem.warm["sgd"]
+        if X.shape[0] > 0:
+            if st is None:
+                st = self._new_sgd_state(X.shape[1], float(sw.sum()), problem.seed)
+            sgd_passes(X, problem.y, sw, st, n_passes=1, batch_size=self.batch_size, average=self.average,
+                       tol=None, log=get_logger(self.verbose) if self.verbose else None, **self._solver_kw())
+        if st is None:  # a one-vs-one pair not seen yet
+            return BinaryModel(coef=np.zeros(X.shape[1]), intercept=0.0, n_iter=0,
+                               extra={"warm": None, "scale": np.nan})
+        return self._sgd_model(st, 1)

@@ -218,8 +218,10 @@ class MSVMAv(BaseMarginClassifier):
         Iterate with the smallest SV / theta^2.
     weight_norm_ : ndarray of shape (n_problems,)
         ||w|| without the bias coordinate, the normaliser of :meth:`margins`.
-    problems_ : str or list
-        ``"binary"`` for two classes, else the classes of each sub-problem.
+    problems_ : list of tuple
+        One (negative class, positive class) pair of indices into ``classes_`` per
+        sub-problem (the negative is None for "the rest" of one-vs-rest): ``[(0, 1)]`` for
+        two classes, else one entry per one-vs-rest or one-vs-one sub-problem.
     n_features_in_ : int
         Number of features seen during :meth:`fit`.
     feature_names_in_ : ndarray of shape (n_features,)
@@ -326,35 +328,19 @@ class MSVMAv(BaseMarginClassifier):
         self.verbose = verbose
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X, y, sample_weight=None):
-        """Fit the model to the training data.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Training data, or the Gram matrix for ``kernel="precomputed"``.
-        y : array-like of shape (n_samples,)
-            Class labels (two or more classes).
-        sample_weight : array-like of shape (n_samples,), default=None
-            Per-sample weights (multiplied by ``class_weight``).
-
-        Returns
-        -------
-        self : MSVMAv
-            The fitted estimator.
-        """
+    def _prepare(self, X, y_index, sample_weight, kernel):
         # one landmark seed per fit, so one-vs-rest sub-problems share their Nyström landmarks
         self._landmark_seed = None
         if self.kernel_approximation is not None:
             self._landmark_seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        return super().fit(X, y, sample_weight)
 
     def _solver_kwargs(self):
         return {"max_iter": self.max_iter, "tol": self.tol, "update": self.update,
                 "refresh_every": self.refresh_every, "return_best": self.return_best,
                 "log": get_logger(self.verbose)}
 
-    def _fit_binary(self, X, y, sample_weight, kernel):
+    def _fit_binary(self, problem):
+        X, y, sample_weight, kernel = problem.X, problem.y, problem.sample_weight, problem.kernel
         log = get_logger(self.verbose)
         kw = self._solver_kwargs()
         if self.kernel_approximation is not None:

@@ -134,8 +134,10 @@ class ODM(BaseMarginClassifier):
         normaliser of :meth:`margins`.
     n_iter_ : int or ndarray of shape (n_problems,)
         Epochs (dcd, svrg) or Newton iterations (per sub-problem for more than two classes).
-    problems_ : str or list
-        ``"binary"`` for two classes, else the classes of each sub-problem.
+    problems_ : list of tuple
+        One (negative class, positive class) pair of indices into ``classes_`` per
+        sub-problem (the negative is None for "the rest" of one-vs-rest): ``[(0, 1)]`` for
+        two classes, else one entry per one-vs-rest or one-vs-one sub-problem.
     n_features_in_ : int
         Number of features seen during :meth:`fit`.
     feature_names_in_ : ndarray of shape (n_features,)
@@ -253,7 +255,9 @@ class ODM(BaseMarginClassifier):
             cache.fill()
         return cache
 
-    def _solve(self, X, y, sample_weight, kernel, warm, shared, seed):
+    def _fit_binary(self, problem):
+        X, y, sample_weight, kernel = problem.X, problem.y, problem.sample_weight, problem.kernel
+        warm, shared, seed = problem.warm, problem.shared, problem.seed
         log = get_logger(self.verbose)
         B = 1.0 if self.fit_intercept else 0.0
         lam, mu, theta = float(self.lam), float(self.mu), float(self.theta)
