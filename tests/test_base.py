@@ -1,5 +1,7 @@
 """The shared estimator plumbing: validation, labels, weights, multi-class, margins, plots."""
 
+import inspect
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -12,6 +14,9 @@ from sklearn.metrics.pairwise import pairwise_kernels
 from sklearn.multiclass import OneVsOneClassifier, OneVsRestClassifier
 from sklearn.preprocessing import MinMaxScaler
 
+import margindist
+from margindist import LDM, M3SVM, MarginPursuit
+from margindist._base import BaseMarginClassifier, BinaryModel, BinaryProblem
 from margindist.datasets import load_dataset
 from margindist.metrics import margin_stats
 from margindist.models.lssvm import LSSVM
@@ -251,3 +256,79 @@ def test_plot_margin_cdf(tmp_path):
         plot_margin_cdf(models)
     with pytest.raises(ValueError, match="2 labels for 1"):
         plot_margin_cdf([np.ones(3)], labels=["a", "b"])
+
+
+# ---------------------------------------------------------------- the hooks of a method
+class _Centroid(BaseMarginClassifier):
+    """A minimal binary method: w = weighted mean of y x; records what its hooks receive."""
+
+    _parameter_constraints = {"multi_class": [str], "n_jobs": [None, int], "random_state": [None, int]}  # noqa: RUF012
+
+    def __init__(self, multi_class="ovr", n_jobs=None, random_state=None):
+        self.multi_class = multi_class
+        self.n_jobs = n_jobs
+        self.random_state = random_state
+
+    def _prepare(self, X, y_index, sample_weight, kernel):
+        self.prepared_ = getattr(self, "prepared_", 0) + 1
+
+    def _shared_setup(self, X, sample_weight, kernel):
+        return "shared"
+
+    def _fit_binary(self, problem):
+        assert isinstance(problem, BinaryProblem)
+        w = np.asarray(problem.X.T @ (problem.y * problem.sample_weight)) / problem.sample_weight.sum()
+        extra = {"problem": (problem.rows, problem.classes, problem.shared, problem.seed, problem.X.shape[0])}
+        return BinaryModel(coef=w, intercept=0.0, extra=extra)
+
+    def _set_extra(self, extras):
+        self.seen_ = [e["problem"] for e in extras]
+
+
+@pytest.mark.filterwarnings("ignore::margindist.exceptions.DegenerateModelWarning")  # no intercept
+def test_fit_binary_gets_one_binary_problem_per_subproblem(blobs):
+    X, y = blobs
+    ovr = _Centroid(random_state=0).fit(X, y)
+    assert ovr.prepared_ == 1
+    assert ovr.problems_ == [(None, k) for k in range(4)]
+    seeds = np.random.RandomState(0).randint(0, 2**31 - 1, size=4)
+    assert [s[:4] for s in ovr.seen_] == [(None, (None, k), "shared", seeds[k]) for k in range(4)]
+    ovo = _Centroid(multi_class="ovo").fit(X, y)
+    assert ovo.problems_ == [(k, l) for k in range(4) for l in range(k + 1, 4)]
+    for (rows, cls, shared, _, m), (k, l) in zip(ovo.seen_, ovo.problems_):
+        assert cls == (k, l) and shared is None and m == rows.size
+        np.testing.assert_array_equal(rows, np.flatnonzero(np.isin(y, [k, l])))
+    binary = _Centroid().fit(X, y % 2)
+    assert binary.problems_ == [(0, 1)] and binary.seen_[0][:3] == (None, (0, 1), None)
+    parallel = _Centroid(n_jobs=2).fit(X, y)  # parallel sub-problems share no set-up
+    assert [s[2] for s in parallel.seen_] == [None] * 4
+
+
+def test_problems_has_one_shape_in_every_estimator(blobs):
+    X, y = blobs
+    assert MAMC().fit(X, y % 2).problems_ == [(0, 1)]
+    assert MAMC(multi_class="ovo").fit(X, y).problems_ == [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
+    native = M3SVM().fit(X, y)
+    assert native.problems_ == [(None, k) for k in range(4)]
+    assert M3SVM().fit(X, y % 2).problems_ == [(None, 0), (None, 1)]
+    for est in (LDM(random_state=0).fit(X, y), MarginPursuit(random_state=0).fit(X, y)):
+        assert est.problems_ == [(None, k) for k in range(4)]
+
+
+def test_methods_plug_in_through_the_hooks_only():
+    """No estimator overrides fit, _fit_problems or _partial_fit; the old _solve hook is gone."""
+    for name, cls in inspect.getmembers(margindist, inspect.isclass):
+        if issubclass(cls, BaseMarginClassifier):
+            for hook in ("fit", "_fit_problems", "_partial_fit", "_solve"):
+                assert hook not in vars(cls), f"{name} defines {hook}"
+    assert not hasattr(BaseMarginClassifier, "_solve")
+
+
+@pytest.mark.parametrize("Est", [LDM, MarginPursuit])
+def test_partial_fit_is_the_shared_one(Est, blobs):
+    X, y = blobs
+    est = Est(random_state=0)
+    for batch in np.array_split(np.arange(len(y)), 3):
+        assert est.partial_fit(X[batch], y[batch], classes=np.unique(y)) is est
+    assert est.problems_ == [(None, k) for k in range(4)] and est.coef_.shape == (4, 3)
+    assert est.shape_fit_ == (40, 3) and len(est._warm_state["states"]) == 4
