@@ -1,11 +1,14 @@
-"""Compiled MSVMAv loop for dense X with few features.
+"""The numba-compiled MSVMAv loops.
 
-At d up to a few dozen features one iteration is a few microseconds of arithmetic, and the
-NumPy implementation in :mod:`margindist.solvers.msvmav` spends most of its time in call
-overhead. This loop does the same iteration (the "batched" scheme: the Gram sum over the active
-set kept incrementally, a Cholesky refactorisation of the d x d system every iteration) in one
-compiled function. It computes exactly what :func:`~margindist.solvers.msvmav.msvmav_iterate`
-computes with ``update="batched"`` (tested to agree to round-off).
+:func:`dense_loop`: dense X with few features. At d up to a few dozen features one iteration is
+a few microseconds of arithmetic, and the NumPy loop of :func:`.linear.msvmav_iterate` spends
+most of its time in call overhead. This loop does the same iteration (the "batched" scheme: the
+Gram sum over the active set kept incrementally, a Cholesky refactorisation of the d x d system
+every iteration) in one compiled function; it computes exactly what ``msvmav_iterate`` computes
+with ``update="batched"`` (tested to agree to round-off).
+
+:func:`kernel_loop`: the kernel iteration in the coefficients (the factorised route of
+:func:`.kernel.msvmav_kernel`), with the capacitance inverse over A held in a flat buffer.
 """
 
 from __future__ import annotations
@@ -384,9 +387,18 @@ def _cap_residual(buf, n, act, K, Rinv, y, ys, s, nb):
 
 @njit(cache=True)
 def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_every, refresh_tol):
-    """The kernel MSVMAv iteration in the signed coefficients c = y * a (see
-    :func:`margindist.solvers.msvmav._kernel_factor_loop`, which computes the same with NumPy
-    and a callback): capacitance inverse over A held row-major in a flat buffer.
+    """The kernel MSVMAv iteration in the signed coefficients c = y * a ("paper" metric
+    R = D^{-1} + K, D = diag(s), Y = diag(y)); margins m = y * (K a):
+
+        delta = theta - m_A (the shortfalls),  v = C^{-1} delta,
+        C     = nb D_A^{-1} + Y_A (K R^{-1} K)_AA Y_A   (the capacitance matrix, |A| x |A|),
+        c'    = c + v (on A) - y * R^{-1} (y * v / s),
+        a     = a' + s y / (2 alpha S),  normalised to a^T K a = c . m = 1, sign as in Sec. 5.
+
+    (Woodbury on (R + K_A^T D_A K_A / nb)^{-1}.) The inverse of C is held row-major in a flat
+    buffer and follows A by Schur-complement removals and bordering additions (about
+    3 c |A|^2 for c indices), refactorised when that is cheaper and checked on a probe vector
+    every ``check_every`` updates. A NumPy twin with a callback lives with the tests.
 
     Returns (c_last, c_best, n_iter, hist (n_iter + 1, 6), best_k, converged, status, schemes
     (1 = refactorisation), n_refresh) with status 0 ok, 2 non-finite iterate, 3 degenerate
