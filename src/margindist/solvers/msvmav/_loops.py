@@ -386,6 +386,80 @@ def _cap_residual(buf, n, act, K, Rinv, y, ys, s, nb):
 
 
 @njit(cache=True)
+def _cap_leave(buf, spare, n, A, changed, n_changed, act, pos, m):
+    """Drop the indices of changed[:n_changed] that left A from the inverse (in buf, order
+    act[:n]); returns (buf, spare, n) after the swap of the two buffers."""
+    n_rem = 0
+    for t in range(n_changed):
+        if not A[changed[t]]:
+            n_rem += 1
+    if n_rem == 0:
+        return buf, spare, n
+    pr = np.empty(n_rem, dtype=np.int64)
+    q = 0
+    for t in range(n_changed):
+        if not A[changed[t]]:
+            pr[q] = pos[changed[t]]
+            q += 1
+    pr.sort()
+    spare = _room(spare, n, m)
+    n = _cap_remove(buf, spare, n, pr)
+    a = 0
+    for t in range(n + n_rem):  # compact act / pos
+        i = act[t]
+        if A[i]:
+            act[a] = i
+            pos[i] = a
+            a += 1
+        else:
+            pos[i] = -1
+    return spare, buf, n
+
+
+@njit(cache=True)
+def _cap_enter(buf, spare, n, A, changed, n_changed, act, pos, K, Rinv, y, ys, s, nb, m):
+    """Border the inverse with the indices of changed[:n_changed] that entered A (appended to
+    act); returns (buf, spare, n) after the swap of the two buffers."""
+    n_add = 0
+    for t in range(n_changed):
+        if A[changed[t]]:
+            n_add += 1
+    if n_add == 0:
+        return buf, spare, n
+    add = np.empty(n_add, dtype=np.int64)
+    q = 0
+    for t in range(n_changed):
+        if A[changed[t]]:
+            add[q] = changed[t]
+            q += 1
+    spare = _room(spare, n + n_add, m)
+    B = _gather(K, Rinv, y, ys, s, nb, act[:n], add, False)
+    Dn = _gather(K, Rinv, y, ys, s, nb, add, add, True)
+    n = _cap_add(buf, spare, n, B, Dn)
+    for q in range(n_add):
+        act[n - n_add + q] = add[q]
+        pos[add[q]] = n - n_add + q
+    return spare, buf, n
+
+
+@njit(cache=True)
+def _cap_refactor(buf, A, act, pos, K, Rinv, y, ys, s, nb, m):
+    """The inverse of the capacitance matrix over A from scratch (act / pos rebuilt);
+    returns (buf, n)."""
+    n = 0
+    for i in range(m):
+        pos[i] = -1
+        if A[i]:
+            act[n] = i
+            pos[i] = n
+            n += 1
+    buf = _room(buf, n, m)
+    if n:
+        buf[: n * n] = _spd_inverse(_gather(K, Rinv, y, ys, s, nb, act[:n], act[:n], True)).ravel()
+    return buf, n
+
+
+@njit(cache=True)
 def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_every, refresh_tol):
     """The kernel MSVMAv iteration in the signed coefficients c = y * a ("paper" metric
     R = D^{-1} + K, D = diag(s), Y = diag(y)); margins m = y * (K a):
@@ -441,46 +515,8 @@ def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_
         # ---- the capacitance inverse follows A
         refac = n < 0 or 3.0 * n_changed * n * n >= float(n_act) ** 3
         if not refac and n_changed:
-            n_rem = 0
-            for t in range(n_changed):
-                if not A[changed[t]]:
-                    n_rem += 1
-            if n_rem:
-                pr = np.empty(n_rem, dtype=np.int64)
-                q = 0
-                for t in range(n_changed):
-                    if not A[changed[t]]:
-                        pr[q] = pos[changed[t]]
-                        q += 1
-                pr.sort()
-                spare = _room(spare, n, m)
-                n = _cap_remove(buf, spare, n, pr)
-                buf, spare = spare, buf
-                a = 0
-                for t in range(n + n_rem):  # compact act / pos
-                    i = act[t]
-                    if A[i]:
-                        act[a] = i
-                        pos[i] = a
-                        a += 1
-                    else:
-                        pos[i] = -1
-            n_add = n_changed - n_rem
-            if n_add:
-                add = np.empty(n_add, dtype=np.int64)
-                q = 0
-                for t in range(n_changed):
-                    if A[changed[t]]:
-                        add[q] = changed[t]
-                        q += 1
-                spare = _room(spare, n + n_add, m)
-                B = _gather(K, Rinv, y, ys, s, nb, act[:n], add, False)
-                Dn = _gather(K, Rinv, y, ys, s, nb, add, add, True)
-                n = _cap_add(buf, spare, n, B, Dn)
-                buf, spare = spare, buf
-                for q in range(n_add):
-                    act[n - n_add + q] = add[q]
-                    pos[add[q]] = n - n_add + q
+            buf, spare, n = _cap_leave(buf, spare, n, A, changed, n_changed, act, pos, m)
+            buf, spare, n = _cap_enter(buf, spare, n, A, changed, n_changed, act, pos, K, Rinv, y, ys, s, nb, m)
             since += 1
             if refresh_every > 0 and since >= refresh_every:
                 refac = True
@@ -489,16 +525,7 @@ def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_
                 refac = True
                 n_refresh += 1
         if refac:
-            n = 0
-            for i in range(m):
-                pos[i] = -1
-                if A[i]:
-                    act[n] = i
-                    pos[i] = n
-                    n += 1
-            buf = _room(buf, n, m)
-            if n:
-                buf[: n * n] = _spd_inverse(_gather(K, Rinv, y, ys, s, nb, act[:n], act[:n], True)).ravel()
+            buf, n = _cap_refactor(buf, A, act, pos, K, Rinv, y, ys, s, nb, m)
             since = 0
             schemes[k] = 1
 
