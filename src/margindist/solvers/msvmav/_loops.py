@@ -386,21 +386,26 @@ def _cap_residual(buf, n, act, K, Rinv, y, ys, s, nb):
 
 
 @njit(cache=True)
+def _select(A, changed, n_changed, entered):
+    """The indices of changed[:n_changed] now in A (``entered``) or now out of it, in order."""
+    out = np.empty(n_changed, dtype=np.int64)
+    q = 0
+    for t in range(n_changed):
+        if A[changed[t]] == entered:
+            out[q] = changed[t]
+            q += 1
+    return out[:q]
+
+
+@njit(cache=True)
 def _cap_leave(buf, spare, n, A, changed, n_changed, act, pos, m):
     """Drop the indices of changed[:n_changed] that left A from the inverse (in buf, order
     act[:n]); returns (buf, spare, n) after the swap of the two buffers."""
-    n_rem = 0
-    for t in range(n_changed):
-        if not A[changed[t]]:
-            n_rem += 1
+    left = _select(A, changed, n_changed, False)
+    n_rem = left.shape[0]
     if n_rem == 0:
         return buf, spare, n
-    pr = np.empty(n_rem, dtype=np.int64)
-    q = 0
-    for t in range(n_changed):
-        if not A[changed[t]]:
-            pr[q] = pos[changed[t]]
-            q += 1
+    pr = pos[left]
     pr.sort()
     spare = _room(spare, n, m)
     n = _cap_remove(buf, spare, n, pr)
@@ -420,18 +425,10 @@ def _cap_leave(buf, spare, n, A, changed, n_changed, act, pos, m):
 def _cap_enter(buf, spare, n, A, changed, n_changed, act, pos, K, Rinv, y, ys, s, nb, m):
     """Border the inverse with the indices of changed[:n_changed] that entered A (appended to
     act); returns (buf, spare, n) after the swap of the two buffers."""
-    n_add = 0
-    for t in range(n_changed):
-        if A[changed[t]]:
-            n_add += 1
+    add = _select(A, changed, n_changed, True)
+    n_add = add.shape[0]
     if n_add == 0:
         return buf, spare, n
-    add = np.empty(n_add, dtype=np.int64)
-    q = 0
-    for t in range(n_changed):
-        if A[changed[t]]:
-            add[q] = changed[t]
-            q += 1
     spare = _room(spare, n + n_add, m)
     B = _gather(K, Rinv, y, ys, s, nb, act[:n], add, False)
     Dn = _gather(K, Rinv, y, ys, s, nb, add, add, True)
