@@ -569,6 +569,24 @@ def test_eigendecomposition_cache_reuse_gives_identical_models():
     assert len(cache) == 2
 
 
+def test_factor_cache_is_shared_by_clones_and_pickles_empty():
+    import pickle
+
+    from sklearn.base import clone
+
+    X, y = _scaled("wdbc", n=80, seed=17)
+    cache = FactorCache()
+    est = MSVMAv(kernel="rbf", gamma=0.3, max_iter=10, factor_cache=cache)
+    assert clone(est).factor_cache is cache  # a grid search's clones share the instance
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(X, y)
+    assert len(cache) == 1 and getattr(est, "_fit_cache", None) is None
+    copy = pickle.loads(pickle.dumps(est))
+    assert len(copy.factor_cache) == 0 and copy.factor_cache.max_bytes == cache.max_bytes
+    assert np.allclose(copy.decision_function(X), est.decision_function(X))
+
+
 # --------------------------------------------------------------------------------------
 # conjugate-gradient state: row copy with stale / extra rows, maintained products, start
 # --------------------------------------------------------------------------------------
