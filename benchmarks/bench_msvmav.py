@@ -42,9 +42,10 @@ from sklearn.preprocessing import MinMaxScaler
 from sklearn.svm import SVC, LinearSVC
 from threadpoolctl import threadpool_limits
 
-import margindist.solvers.msvmav as msvmav_solver
+import margindist.solvers.msvmav._common as msvmav_common
 from margindist.datasets import load_dataset
 from margindist.models.msvmav import MSVMAv
+from margindist.solvers.msvmav import FactorCache
 
 from _synthetic import dense_linear, sparse_linear  # noqa: E402 (benchmarks/ is on sys.path)
 
@@ -144,12 +145,13 @@ def run_timing(quick, repeats):
                                   sparse_linear(m, d, k, n_test=2000 if quick else 20000), repeats))
 
     # ---- RBF (cache_size=0: every fit pays its factorisation; the refit row below shows
-    # what a grid search over alpha, beta pays per point once the factorisation is cached)
+    # what a grid search over alpha, beta pays per point once the factorisation is cached in
+    # the FactorCache its points share)
     def rbf():
         return MSVMAv(alpha=ALPHA, beta=BETA, kernel="rbf", cache_size=0)
 
-    def rbf_cached():
-        return MSVMAv(alpha=ALPHA, beta=BETA, kernel="rbf")
+    def rbf_cached(cache):
+        return lambda: MSVMAv(alpha=ALPHA, beta=BETA, kernel="rbf", factor_cache=cache)
 
     def svc():
         return SVC(C=C_PEER, kernel="rbf")
@@ -162,10 +164,11 @@ def run_timing(quick, repeats):
     for m in ms:
         data = magic(m, n_test=1000 if quick else 5000)
         rows["rbf"].append(compare(f"magic m={m}, exact kernel path", rbf, svc, data, repeats))
+        cache = FactorCache()
         with warnings.catch_warnings(), threadpool_limits(limits=1, user_api="blas"):
             warnings.simplefilter("ignore", ConvergenceWarning)
-            MSVMAv(alpha=1.0, beta=1.0, kernel="rbf").fit(data[0], data[1])  # fill the cache
-        rows["rbf"].append(compare(f"magic m={m}, refit, factorisation cached", rbf_cached,
+            MSVMAv(alpha=1.0, beta=1.0, kernel="rbf", factor_cache=cache).fit(data[0], data[1])  # fill the cache
+        rows["rbf"].append(compare(f"magic m={m}, refit, factorisation cached", rbf_cached(cache),
                                    svc, data, repeats))
     m_big = ms[-1]
     n_comp = 100 if quick else 500
@@ -178,7 +181,7 @@ def run_timing(quick, repeats):
     rows["grid"] = [grid_throughput(m, quick) for m in ((200, 400) if quick else (450, 1000, 2000))]
 
     # ---- BLAS threads: the estimator's one-thread limit vs OpenBLAS threading (2 threads)
-    default_limit = msvmav_solver.BLAS_SINGLE_THREAD_MAX
+    default_limit = msvmav_common.BLAS_SINGLE_THREAD_MAX
     for label, make, data in [
         ("RBF exact, magic m=1000" if not quick else "RBF exact, magic m=300", rbf,
          magic(300 if quick else 1000, n_test=1000)),
@@ -188,11 +191,11 @@ def run_timing(quick, repeats):
     ]:
         out = {}
         for mode in ("1 thread", "2 threads"):
-            msvmav_solver.BLAS_SINGLE_THREAD_MAX = default_limit if mode == "1 thread" else 0
+            msvmav_common.BLAS_SINGLE_THREAD_MAX = default_limit if mode == "1 thread" else 0
             try:
                 out[mode] = compare(f"{label}, BLAS {mode}", make, None, data, repeats, blas_threads=2)
             finally:
-                msvmav_solver.BLAS_SINGLE_THREAD_MAX = default_limit
+                msvmav_common.BLAS_SINGLE_THREAD_MAX = default_limit
         rows["threads"].append((label, out["1 thread"]["ours_s"], out["2 threads"]["ours_s"]))
     return rows
 
@@ -206,6 +209,7 @@ def grid_throughput(m, quick):
     X_tr, y_tr, X_te, y_te = magic(m, seed=1, n_test=1000)
     gamma = 1.0 / X_tr.shape[1]
     times, accs, iters = [], [], []
+    cache = FactorCache()  # shared by the grid's points, as the experiment runner shares one
     with warnings.catch_warnings(), threadpool_limits(limits=1, user_api="blas"):
         warnings.simplefilter("ignore", ConvergenceWarning)
         t0 = time.perf_counter()
@@ -214,7 +218,7 @@ def grid_throughput(m, quick):
         for a in grid:
             for b in grid:
                 t, est = timed_fit(lambda a=a, b=b: MSVMAv(alpha=a, beta=b, kernel="rbf", gamma=gamma,
-                                                           fit_intercept=False), X_tr, y_tr)
+                                                           fit_intercept=False, factor_cache=cache), X_tr, y_tr)
                 times.append(t)
                 accs.append(est.score(X_te, y_te))
                 iters.append(est.n_iter_)

@@ -12,8 +12,10 @@ from sklearn.preprocessing import MinMaxScaler
 from margindist.datasets import load_dataset
 from margindist.metrics import msvmav_bound_term, semivariance
 from margindist.models.msvmav import MSVMAv
-from margindist.solvers.msvmav import Design, msvmav_iterate, msvmav_kernel, msvmav_linear
+from margindist.solvers.msvmav import Design, FactorCache, msvmav_iterate, msvmav_kernel, msvmav_linear
+from margindist.solvers.msvmav._cg import CGSystem
 
+from _msvmav_oracles import kernel_factor_loop
 from _numdiff import central_diff
 
 UPDATES = ["sherman-morrison", "batched", "cg"]
@@ -109,12 +111,12 @@ def test_incremental_state_matches_direct_inverse_along_run(wdbc, update):
 
     kw = {"cg_tol": 1e-13} if update == "cg" else {}
     # no forced refresh: the corrected rank-one updates alone stay on the inverse
-    _, _, res = msvmav_linear(X, y, s, 16.0, 1 / 16, max_iter=100, tol=0.0, update=update,
+    res = msvmav_linear(X, y, s, 16.0, 1 / 16, max_iter=100, tol=0.0, update=update,
                               callback=check, **kw)
     assert seen["checked"] == 100
     if update == "sherman-morrison":
         assert seen["sm"] == 100
-        assert res["n_refresh"] == 0  # the probe check never had to recompute M
+        assert res.n_refresh == 0  # the probe check never had to recompute M
 
 
 def test_sherman_morrison_kernel_path_matches_direct_inverse():
@@ -227,10 +229,10 @@ def test_kernel_semivariance_step_is_stationary(prox, update):
         assert (s * y) @ (K @ a) > 0
         checked.append(info["k"])
 
-    _, _, res = msvmav_kernel(spec, X, y, s, alpha, beta, kernel_prox=prox, max_iter=5, tol=0.0,
-                              update=update, callback=check)
+    res = msvmav_kernel(spec, X, y, s, alpha, beta, kernel_prox=prox, max_iter=5, tol=0.0,
+                        update=update, callback=check, factor_loop=kernel_factor_loop)
     assert checked == [1, 2, 3, 4, 5]
-    assert res["family"] == ("capacitance" if update == "auto" else "direct")
+    assert res.family == ("capacitance" if update == "auto" else "direct")
 
 
 # --------------------------------------------------------------------------------------
@@ -244,7 +246,8 @@ def test_linear_path_matches_direct_algorithm(australian):
     Z = y[:, None] * np.hstack([X, np.ones((X.shape[0], 1))])
     w_ref = _direct_run(Z, s, 16.0, 1 / 16, 100)[-1]
     for update in ["auto"] + UPDATES:
-        coef, b, res = msvmav_linear(X, y, s, 16.0, 1 / 16, max_iter=100, tol=0.0, update=update)
+        res = msvmav_linear(X, y, s, 16.0, 1 / 16, max_iter=100, tol=0.0, update=update)
+        coef, b = res.w, res.b
         assert np.allclose(np.append(coef, b), w_ref, atol=1e-8), update
 
 
@@ -253,13 +256,13 @@ def test_compiled_loop_matches_numpy_loop(wdbc):
     s = np.random.default_rng(4).uniform(0.5, 2.0, size=y.size)
     a = msvmav_linear(X, y, s, 2.0, 0.5, max_iter=60, tol=0.0, update="auto")
     b = msvmav_linear(X, y, s, 2.0, 0.5, max_iter=60, tol=0.0, update="batched")
-    assert a[2]["family"] == "compiled" and b[2]["family"] == "direct"
-    assert np.allclose(a[0], b[0], atol=1e-10) and np.isclose(a[1], b[1], atol=1e-10)
+    assert a.family == "compiled" and b.family == "direct"
+    assert np.allclose(a.w, b.w, atol=1e-10) and np.isclose(a.b, b.b, atol=1e-10)
     for f in ("theta", "semivariance", "bound"):
-        assert np.allclose(a[2]["history"][f], b[2]["history"][f], rtol=1e-9)
-    assert np.allclose(a[2]["history"]["step"][1:], b[2]["history"]["step"][1:], rtol=1e-6, atol=1e-12)
+        assert np.allclose(a.history[f], b.history[f], rtol=1e-9)
+    assert np.allclose(a.history["step"][1:], b.history["step"][1:], rtol=1e-6, atol=1e-12)
     for f in ("n_active", "n_changes"):
-        assert np.array_equal(a[2]["history"][f], b[2]["history"][f])
+        assert np.array_equal(a.history[f], b.history[f])
 
 
 def test_kernel_paper_update_matches_printed_formula():
@@ -546,26 +549,42 @@ def test_core_iterate_generic_metric_runs():
     r = np.sign(B[:, 0] + 0.3 * rng.standard_normal(60))
     P, N = 1.0 + rng.random(10), rng.random(10) + 0.1
     out = [msvmav_iterate(Design(B, r), np.ones(60), 2.0, 0.5, prox=P, norm_weights=N, step=r @ B,
-                          max_iter=30, tol=0.0, update=u)["w"] for u in UPDATES]
+                          max_iter=30, tol=0.0, update=u).w for u in UPDATES]
     assert np.allclose(out[0], out[1], atol=1e-9) and np.allclose(out[0], out[2], atol=1e-7)
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_eigendecomposition_cache_reuse_gives_identical_models():
-    import margindist.solvers.msvmav as solver
-
     X, y = _scaled("australian", n=200, seed=9)
-    solver.clear_factor_cache()
+    cache = FactorCache()
     kw = dict(kernel="rbf", gamma=0.3, tol=0.0, max_iter=30)
     a = MSVMAv(alpha=2.0, beta=0.5, cache_size=0, **kw).fit(X, y)
-    assert len(solver._FACTOR_CACHE) == 0
-    MSVMAv(alpha=8.0, beta=0.5, **kw).fit(X, y)  # fills the cache
-    assert len(solver._FACTOR_CACHE) == 1
-    b = MSVMAv(alpha=2.0, beta=0.5, **kw).fit(X.copy(), y)  # same content: a cache hit
-    assert len(solver._FACTOR_CACHE) == 1
+    assert len(cache) == 0
+    MSVMAv(alpha=8.0, beta=0.5, factor_cache=cache, **kw).fit(X, y)  # fills the cache
+    assert len(cache) == 1
+    b = MSVMAv(alpha=2.0, beta=0.5, factor_cache=cache, **kw).fit(X.copy(), y)  # same content: a cache hit
+    assert len(cache) == 1
     assert np.array_equal(a.dual_coef_, b.dual_coef_)
-    MSVMAv(alpha=2.0, beta=0.5, **kw).fit(X, y, sample_weight=np.full(y.size, 2.0))  # new key
-    assert len(solver._FACTOR_CACHE) == 2
+    MSVMAv(alpha=2.0, beta=0.5, factor_cache=cache, **kw).fit(X, y, sample_weight=np.full(y.size, 2.0))  # new key
+    assert len(cache) == 2
+
+
+def test_factor_cache_is_shared_by_clones_and_pickles_empty():
+    import pickle
+
+    from sklearn.base import clone
+
+    X, y = _scaled("wdbc", n=80, seed=17)
+    cache = FactorCache()
+    est = MSVMAv(kernel="rbf", gamma=0.3, max_iter=10, factor_cache=cache)
+    assert clone(est).factor_cache is cache  # a grid search's clones share the instance
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(X, y)
+    assert len(cache) == 1 and getattr(est, "_fit_cache", None) is None
+    copy = pickle.loads(pickle.dumps(est))
+    assert len(copy.factor_cache) == 0 and copy.factor_cache.max_bytes == cache.max_bytes
+    assert np.allclose(copy.decision_function(X), est.decision_function(X))
 
 
 # --------------------------------------------------------------------------------------
@@ -589,13 +608,11 @@ def test_cg_system_follows_active_set_exactly(sparse, intercept):
     """Products through the stale copy + extra rows, g, diag(G), the mean direction and the
     window's maintained H-products all equal direct computations while A wanders, across
     rebuilds of the copy."""
-    from margindist.solvers.msvmav import _CGSystem
-
     D, Z, s, rng = _cg_problem(sparse, intercept)
     n, d = Z.shape
     P = 1.0 + rng.random(d)
     nb = 7.0
-    cgs = _CGSystem(D, s, P, nb)
+    cgs = CGSystem(D, s, P, nb)
     A = rng.random(n) < 0.5
     prev = np.zeros(n, dtype=bool)
     rebuilds = 0
@@ -634,12 +651,10 @@ def test_cg_system_follows_active_set_exactly(sparse, intercept):
 
 @pytest.mark.parametrize("intercept", [False, True])
 def test_cg_preconditioner_is_inverse_of_diagonal_plus_mean(intercept):
-    from margindist.solvers.msvmav import _CGSystem
-
     D, Z, s, rng = _cg_problem(True, intercept)
     n, d = Z.shape
     P, nb = np.ones(d), 3.0
-    cgs = _CGSystem(D, s, P, nb)
+    cgs = CGSystem(D, s, P, nb)
     A = rng.random(n) < 0.6
     cgs.move(A, np.flatnonzero(A), np.empty(0, dtype=np.int64))
     t = Z[A].T @ (s[A] * D.r[A])
@@ -671,9 +686,11 @@ def test_sparse_cg_steps_match_direct_solves():
         w_direct = np.linalg.solve(H, info["theta"] / info["nb"] * (Z[A].T @ s[A]) + info["w_prev"])
         errs.append(np.linalg.norm(info["w_half"] - w_direct) / np.linalg.norm(w_direct))
 
-    c1, b1, r1 = msvmav_linear(X, y, s, 8.0, 0.125, max_iter=60, tol=0.0, update="cg", callback=check)
+    r1 = msvmav_linear(X, y, s, 8.0, 0.125, max_iter=60, tol=0.0, update="cg", callback=check)
+    c1, b1 = r1.w, r1.b
     assert len(errs) == 60 and max(errs) <= 1e-8
-    c2, b2, _ = msvmav_linear(X.toarray(), y, s, 8.0, 0.125, max_iter=60, tol=0.0, update="batched")
+    r2 = msvmav_linear(X.toarray(), y, s, 8.0, 0.125, max_iter=60, tol=0.0, update="batched")
+    c2, b2 = r2.w, r2.b
     assert np.allclose(np.append(c1, b1), np.append(c2, b2), atol=1e-8)
 
 
@@ -710,9 +727,10 @@ def test_capacitance_inverse_matches_direct_inverse_along_run(beta):
         assert np.abs(info["C_inv"] - Cinv).max() <= 1e-8 * np.abs(Cinv).max()
         schemes.append(info["scheme"])
 
-    _, _, res = msvmav_kernel(spec, X, y, s, 4.0, beta, max_iter=60, tol=0.0, callback=check)
+    res = msvmav_kernel(spec, X, y, s, 4.0, beta, max_iter=60, tol=0.0, callback=check,
+                        factor_loop=kernel_factor_loop)
     assert len(schemes) == 60 and "capacitance" in schemes  # incremental updates happened
-    assert res["n_refresh"] == 0  # the probe check never had to refactorise
+    assert res.n_refresh == 0  # the probe check never had to refactorise
 
 
 @pytest.mark.parametrize("fit_intercept", [False, True])
@@ -720,27 +738,29 @@ def test_compiled_kernel_loop_matches_numpy_loop_and_eigenbasis(fit_intercept):
     """The compiled capacitance loop, its NumPy twin (used with a callback) and the eigenbasis
     Woodbury route give the same iterates; forced refactorisations change nothing."""
     X, y, s, spec = _kernel_problem(n=200, seed=14)
-    kw = dict(max_iter=80, tol=0.0, fit_intercept=fit_intercept, cache_bytes=0)
-    a, b, res = msvmav_kernel(spec, X, y, s, 16.0, 2.0**-6, **kw)
-    a2, b2, res2 = msvmav_kernel(spec, X, y, s, 16.0, 2.0**-6, callback=lambda info: None, **kw)
-    a3, b3, res3 = msvmav_kernel(spec, X, y, s, 16.0, 2.0**-6, update="batched", **kw)
-    a4, _, res4 = msvmav_kernel(spec, X, y, s, 16.0, 2.0**-6, refresh_every=1, **kw)
-    assert res["family"] == res2["family"] == res4["family"] == "capacitance"
-    assert res3["family"] == "direct"
-    assert "capacitance" in set(res["history"]["update"])  # not only refactorisations
-    upd, moved = res4["history"]["update"][1:], res4["history"]["n_changes"][:-1] > 0
-    assert res4["n_refresh"] > 0 and set(upd[moved]) == {"capacitance-refactor"}
+    kw = dict(max_iter=80, tol=0.0, fit_intercept=fit_intercept)
+    res = msvmav_kernel(spec, X, y, s, 16.0, 2.0**-6, **kw)
+    res2 = msvmav_kernel(spec, X, y, s, 16.0, 2.0**-6, callback=lambda info: None,
+                         factor_loop=kernel_factor_loop, **kw)
+    res3 = msvmav_kernel(spec, X, y, s, 16.0, 2.0**-6, update="batched", **kw)
+    res4 = msvmav_kernel(spec, X, y, s, 16.0, 2.0**-6, refresh_every=1, **kw)
+    (a, b), a2, (a3, b3), a4 = (res.w, res.b), res2.w, (res3.w, res3.b), res4.w
+    assert res.family == res2.family == res4.family == "capacitance"
+    assert res3.family == "direct"
+    assert "capacitance" in set(res.history["update"])  # not only refactorisations
+    upd, moved = res4.history["update"][1:], res4.history["n_changes"][:-1] > 0
+    assert res4.n_refresh > 0 and set(upd[moved]) == {"capacitance-refactor"}
     scale = np.abs(a3).max()
     for other in (a2, a3, a4):
         assert np.allclose(a, other, atol=1e-9 * scale)
     assert np.isclose(b, b3, atol=1e-9 * scale)
     for f in ("theta", "semivariance", "bound"):
-        assert np.allclose(res["history"][f], res3["history"][f], rtol=1e-9)
-        assert np.allclose(res["history"][f], res2["history"][f], rtol=1e-9)
+        assert np.allclose(res.history[f], res3.history[f], rtol=1e-9)
+        assert np.allclose(res.history[f], res2.history[f], rtol=1e-9)
     for f in ("n_active", "n_changes"):
-        assert np.array_equal(res["history"][f], res3["history"][f])
-    assert np.allclose(res["history"]["step"][1:], res2["history"]["step"][1:], rtol=1e-6, atol=1e-9)
-    assert np.array_equal(res["history"]["update"], res2["history"]["update"])
+        assert np.array_equal(res.history[f], res3.history[f])
+    assert np.allclose(res.history["step"][1:], res2.history["step"][1:], rtol=1e-6, atol=1e-9)
+    assert np.array_equal(res.history["update"], res2.history["update"])
     K = rbf_kernel(X, gamma=0.5) + fit_intercept
     assert np.isclose(a @ K @ a, 1.0)  # ||f||_H = 1
 
@@ -749,13 +769,13 @@ def test_kernel_factor_route_only_for_psd_kernels():
     from margindist.kernels import resolve_kernel
 
     X, y, s, spec = _kernel_problem(n=80, seed=15)
-    kw = dict(max_iter=10, tol=0.0, cache_bytes=0)
-    assert msvmav_kernel(spec, X, y, s, 2.0, 0.5, **kw)[2]["family"] == "capacitance"
+    kw = dict(max_iter=10, tol=0.0)
+    assert msvmav_kernel(spec, X, y, s, 2.0, 0.5, **kw).family == "capacitance"
     sig = resolve_kernel("sigmoid", X, gamma=0.5, coef0=-1.0)  # indefinite: the eigenbasis clips it
-    assert msvmav_kernel(sig, X, y, s, 2.0, 0.5, **kw)[2]["family"] == "direct"
+    assert msvmav_kernel(sig, X, y, s, 2.0, 0.5, **kw).family == "direct"
     pre = resolve_kernel("precomputed", rbf_kernel(X, gamma=0.5))
-    assert msvmav_kernel(pre, rbf_kernel(X, gamma=0.5), y, s, 2.0, 0.5, **kw)[2]["family"] == "direct"
-    assert msvmav_kernel(spec, X, y, s, 2.0, 0.5, kernel_prox="rkhs", **kw)[2]["family"] == "direct"
+    assert msvmav_kernel(pre, rbf_kernel(X, gamma=0.5), y, s, 2.0, 0.5, **kw).family == "direct"
+    assert msvmav_kernel(spec, X, y, s, 2.0, 0.5, kernel_prox="rkhs", **kw).family == "direct"
 
 
 @pytest.mark.parametrize("fit_intercept", [False, True])

@@ -264,6 +264,10 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         native) with the rows to fit; what every sub-problem must share, parallel ones
         included, goes into attributes of ``self`` (e.g. one Nyström landmark seed)."""
 
+    def _release(self):
+        """Drop what :meth:`_prepare` made for this fit only (run when the fit ends, even on
+        an error), so that a fitted model does not carry, or pickle, set-up work."""
+
     def _kernel_spec(self, X, sample_weight=None) -> KernelSpec | None:
         """Resolve ``self.kernel`` on the training data; None for linear-only methods."""
         if not hasattr(self, "kernel"):
@@ -370,12 +374,15 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         spec = self._kernel_spec(X_fit, sw_fit)
         scale_problem = self._warn_scale(X_fit, spec)
         self._prepare(X_fit, y_fit, sw_fit, spec)
-        if self._native_multiclass:
-            self._fit_native(X_fit, y_fit, sw_fit, spec)
-        else:
-            problems = self._binary_problems(y_fit, classes.size)
-            models = self._fit_problems(X_fit, y_fit, sw_fit, spec, problems)
-            self._assemble(X_fit, models, problems, spec, keep)
+        try:
+            if self._native_multiclass:
+                self._fit_native(X_fit, y_fit, sw_fit, spec)
+            else:
+                problems = self._binary_problems(y_fit, classes.size)
+                models = self._fit_problems(X_fit, y_fit, sw_fit, spec, problems)
+                self._assemble(X_fit, models, problems, spec, keep)
+        finally:
+            self._release()
         self._check_useful(X, y_index, sw, scale_problem)
         return self
 

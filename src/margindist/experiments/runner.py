@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
+from ..solvers.msvmav import FactorCache
 from .protocols import DatasetSpec, Protocol, derive_seed, load_data, make_split, stable_hash
 from .registry import UnsupportedError, estimator_margins, get_method
 from .search import Scaled, cv_search, grid_points, grid_to_dict, point_params, resolve_grid
@@ -264,8 +265,13 @@ def _run_task(task: Task, rec: dict) -> None:
     grid = resolve_grid(run.grid, data.X_train, data.n_features, derive_seed(p.seed, "grid", ds.name, task.split),
                         n_classes=np.unique(data.y_train).size)
 
+    factor_cache = FactorCache()  # kernel factorisations shared by this task's grid points
+
     def build(params):
-        return info.build(run.kernel, {**fixed, **params}, est_seed)
+        est = info.build(run.kernel, {**fixed, **params}, est_seed)
+        if "factor_cache" in est.get_params(deep=False):
+            est.set_params(factor_cache=factor_cache)
+        return est
 
     extra = dict(data.meta)
     points = grid_points(grid)

@@ -20,7 +20,7 @@ from .._params import (
     RANDOM_STATE,
     VERBOSE,
 )
-from ..solvers.msvmav import blas_single_thread, msvmav_kernel, msvmav_linear
+from ..solvers.msvmav import FactorCache, blas_single_thread, msvmav_kernel, msvmav_linear
 
 __all__ = ["MSVMAv"]
 
@@ -169,11 +169,16 @@ class MSVMAv(BaseMarginClassifier):
         Landmarks are drawn uniformly, ignoring sample weights.
     cache_size : float, default=500
         MiB for the cache of the kernel path's factorisations (the inverse of diag(1/s) + K with
-        K, or an eigendecomposition; least recently used first out). A refit on the same
-        data, kernel and weights — another (alpha, beta) of a grid search, or the next
-        one-vs-rest sub-problem — reuses the O(m^3) factorisation. The cache is process-wide
-        (clones in a grid search share it) and outlives the estimator: free it with
-        ``margindist.solvers.msvmav.clear_factor_cache()``. 0 disables it.
+        K, or an eigendecomposition; least recently used first out) that one ``fit`` holds:
+        its one-vs-rest sub-problems on the same weights share the O(m^3) factorisation. The
+        cache is dropped when ``fit`` returns. 0 disables it. Not used when ``factor_cache``
+        is given.
+    factor_cache : FactorCache, default=None
+        A :class:`margindist.solvers.msvmav.FactorCache` shared across fits: another
+        (alpha, beta) of a grid search on the same data, kernel and weights reuses the
+        factorisation. Pass one instance to every grid point (``clone`` keeps the instance,
+        a pickled copy arrives empty); its own ``max_bytes`` bounds it. None: only the
+        per-fit cache of ``cache_size``.
     class_weight : dict or "balanced", default=None
         Multiplies the sample weights per class; ``"balanced"`` uses
         n_samples / (n_classes * np.bincount(y)).
@@ -247,7 +252,7 @@ class MSVMAv(BaseMarginClassifier):
     (``max_iter``, tuned in the paper's protocol) rather than being the unique minimiser of an
     objective; starting from another model's iterate would change the model, not only the
     cost. What a grid search repeats is shared instead: the kernel factorisation
-    (``cache_size``).
+    (``factor_cache``).
 
     References
     ----------
@@ -295,6 +300,7 @@ class MSVMAv(BaseMarginClassifier):
         "kernel_prox": [StrOptions({"paper", "rkhs"})],
         "kernel_approximation": [Interval(Integral, 1, None, closed="left"), None],
         "cache_size": [Interval(Real, 0, None, closed="left")],
+        "factor_cache": [FactorCache, None],
         **MULTICLASS_PARAMS,
         "random_state": RANDOM_STATE,
         "verbose": VERBOSE,
@@ -303,7 +309,7 @@ class MSVMAv(BaseMarginClassifier):
     def __init__(self, alpha=1.0, beta=1.0, kernel="linear", gamma="scale", degree=3, coef0=0.0,
                  max_iter=100, tol=1e-6, fit_intercept=True, update="auto", refresh_every=None,
                  return_best=False, dual="auto", kernel_prox="paper", kernel_approximation=None,
-                 cache_size=500, class_weight=None, multi_class="ovr", n_jobs=None, random_state=None,
+                 cache_size=500, factor_cache=None, class_weight=None, multi_class="ovr", n_jobs=None, random_state=None,
                  verbose=0):
         self.alpha = alpha
         self.beta = beta
@@ -321,6 +327,7 @@ class MSVMAv(BaseMarginClassifier):
         self.kernel_prox = kernel_prox
         self.kernel_approximation = kernel_approximation
         self.cache_size = cache_size
+        self.factor_cache = factor_cache
         self.class_weight = class_weight
         self.multi_class = multi_class
         self.n_jobs = n_jobs
@@ -333,6 +340,18 @@ class MSVMAv(BaseMarginClassifier):
         self._landmark_seed = None
         if self.kernel_approximation is not None:
             self._landmark_seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+        self._fit_cache = None  # the per-fit factorisation cache, made on first use
+
+    def _release(self):
+        self._fit_cache = None
+
+    def _factor_cache(self):
+        """The shared ``factor_cache``, else this fit's own cache of ``cache_size`` MiB (None when 0)."""
+        if self.factor_cache is not None:
+            return self.factor_cache
+        if getattr(self, "_fit_cache", None) is None and self.cache_size > 0:
+            self._fit_cache = FactorCache(int(self.cache_size * 2**20))
+        return getattr(self, "_fit_cache", None)
 
     def _solver_kwargs(self):
         return {"max_iter": self.max_iter, "tol": self.tol, "update": self.update,
@@ -352,14 +371,14 @@ class MSVMAv(BaseMarginClassifier):
                     f"dual=False needs kernel='linear' or kernel_approximation; got kernel={self.kernel!r}."
                 )
             log.info("MSVMAv linear path: n=%d d=%d update=%s", X.shape[0], X.shape[1], self.update)
-            w, b, res = msvmav_linear(X, y, sample_weight, self.alpha, self.beta,
-                                      fit_intercept=self.fit_intercept, **kw)
-            return self._model(res, coef=w, intercept=b)
+            res = msvmav_linear(X, y, sample_weight, self.alpha, self.beta,
+                                fit_intercept=self.fit_intercept, **kw)
+            return self._model(res, coef=res.w, intercept=res.b)
         log.info("MSVMAv kernel path (%s): m=%d, O(m^3) factorisation", kernel.kind, X.shape[0])
-        a, b, res = msvmav_kernel(kernel, X, y, sample_weight, self.alpha, self.beta,
-                                  fit_intercept=self.fit_intercept, kernel_prox=self.kernel_prox,
-                                  cache_bytes=int(self.cache_size * 2**20), **kw)
-        return self._model(res, dual_coef=a, intercept=b, norm_sq=res.get("norm_sq"))
+        res = msvmav_kernel(kernel, X, y, sample_weight, self.alpha, self.beta,
+                            fit_intercept=self.fit_intercept, kernel_prox=self.kernel_prox,
+                            cache=self._factor_cache(), **kw)
+        return self._model(res, dual_coef=res.w, intercept=res.b, norm_sq=res.norm_sq)
 
     def _fit_nystroem(self, X, y, sample_weight, kernel, kw):
         from sklearn.kernel_approximation import Nystroem
@@ -374,34 +393,36 @@ class MSVMAv(BaseMarginClassifier):
                       n_components=n_comp, random_state=self._landmark_seed)
         with blas_single_thread(n_comp):
             Z = ny.fit_transform(X)
-        w, b, res = msvmav_linear(Z, y, sample_weight, self.alpha, self.beta,
-                                  fit_intercept=self.fit_intercept, **kw)
+        res = msvmav_linear(Z, y, sample_weight, self.alpha, self.beta,
+                            fit_intercept=self.fit_intercept, **kw)
         # f(x) = <w, N k(landmarks, x)> + b: a kernel expansion over the landmark rows
         a = np.zeros(X.shape[0])
-        np.add.at(a, ny.component_indices_, ny.normalization_.T @ w)
-        return self._model(res, dual_coef=a, intercept=b)
+        np.add.at(a, ny.component_indices_, ny.normalization_.T @ res.w)
+        return self._model(res, dual_coef=a, intercept=res.b)
 
     def _model(self, res, **kw):
-        h = res["history"]
+        """The sub-problem's BinaryModel from the solver's result; the solver reports how the
+        run ended (``converged``, ``changing``) and the ConvergenceWarning is raised here."""
+        h = res.history
         get_logger(self.verbose).info(
             "MSVMAv: %d iterations (%s), theta=%.4g, SV/theta^2=%.4g (best %.4g at %d), |A|=%d, "
-            "changes in the last iteration=%d", res["n_iter"],
-            "converged" if res["converged"] else "max_iter", h["theta"][-1], h["bound"][-1],
-            h["bound"][res["best_iter"]], res["best_iter"], h["n_active"][-1], h["n_changes"][-1])
-        if res["changing"]:
+            "changes in the last iteration=%d", res.n_iter,
+            "converged" if res.converged else "max_iter", h["theta"][-1], h["bound"][-1],
+            h["bound"][res.best_iter], res.best_iter, h["n_active"][-1], h["n_changes"][-1])
+        if res.changing:
             best = ""
-            if not self.return_best and h["bound"][res["best_iter"]] < h["bound"][-1]:
+            if not self.return_best and h["bound"][res.best_iter] < h["bound"][-1]:
                 best = (f" The returned last iterate has SV/theta^2 = {h['bound'][-1]:.4g}; iterate "
-                        f"{res['best_iter']} had {h['bound'][res['best_iter']]:.4g}.")
+                        f"{res.best_iter} had {h['bound'][res.best_iter]:.4g}.")
             warnings.warn(
                 f"MSVMAv: the active set (margins below the average) still changed in the last "
-                f"iterations of {res['n_iter']}; the iterate has not settled.{best} Increase "
+                f"iterations of {res.n_iter}; the iterate has not settled.{best} Increase "
                 "max_iter, or use return_best=True to keep the iterate with the best SV/theta^2.",
                 ConvergenceWarning,
                 stacklevel=4,
             )
-        extra = {"history": res["history"], "best_iter": res["best_iter"]}
-        return BinaryModel(n_iter=res["n_iter"], extra=extra, **kw)
+        extra = {"history": res.history, "best_iter": res.best_iter}
+        return BinaryModel(n_iter=res.n_iter, extra=extra, **kw)
 
     def _set_extra(self, extras):
         if len(extras) == 1:

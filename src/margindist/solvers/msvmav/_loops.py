@@ -1,11 +1,14 @@
-"""Compiled MSVMAv loop for dense X with few features.
+"""The numba-compiled MSVMAv loops.
 
-At d up to a few dozen features one iteration is a few microseconds of arithmetic, and the
-NumPy implementation in :mod:`margindist.solvers.msvmav` spends most of its time in call
-overhead. This loop does the same iteration (the "batched" scheme: the Gram sum over the active
-set kept incrementally, a Cholesky refactorisation of the d x d system every iteration) in one
-compiled function. It computes exactly what :func:`~margindist.solvers.msvmav.msvmav_iterate`
-computes with ``update="batched"`` (tested to agree to round-off).
+:func:`dense_loop`: dense X with few features. At d up to a few dozen features one iteration is
+a few microseconds of arithmetic, and the NumPy loop of :func:`.linear.msvmav_iterate` spends
+most of its time in call overhead. This loop does the same iteration (the "batched" scheme: the
+Gram sum over the active set kept incrementally, a Cholesky refactorisation of the d x d system
+every iteration) in one compiled function; it computes exactly what ``msvmav_iterate`` computes
+with ``update="batched"`` (tested to agree to round-off).
+
+:func:`kernel_loop`: the kernel iteration in the coefficients (the factorised route of
+:func:`.kernel.msvmav_kernel`), with the capacitance inverse over A held in a flat buffer.
 """
 
 from __future__ import annotations
@@ -383,10 +386,90 @@ def _cap_residual(buf, n, act, K, Rinv, y, ys, s, nb):
 
 
 @njit(cache=True)
+def _select(A, changed, n_changed, entered):
+    """The indices of changed[:n_changed] now in A (``entered``) or now out of it, in order."""
+    out = np.empty(n_changed, dtype=np.int64)
+    q = 0
+    for t in range(n_changed):
+        if A[changed[t]] == entered:
+            out[q] = changed[t]
+            q += 1
+    return out[:q]
+
+
+@njit(cache=True)
+def _cap_leave(buf, spare, n, A, changed, n_changed, act, pos, m):
+    """Drop the indices of changed[:n_changed] that left A from the inverse (in buf, order
+    act[:n]); returns (buf, spare, n) after the swap of the two buffers."""
+    left = _select(A, changed, n_changed, False)
+    n_rem = left.shape[0]
+    if n_rem == 0:
+        return buf, spare, n
+    pr = pos[left]
+    pr.sort()
+    spare = _room(spare, n, m)
+    n = _cap_remove(buf, spare, n, pr)
+    a = 0
+    for t in range(n + n_rem):  # compact act / pos
+        i = act[t]
+        if A[i]:
+            act[a] = i
+            pos[i] = a
+            a += 1
+        else:
+            pos[i] = -1
+    return spare, buf, n
+
+
+@njit(cache=True)
+def _cap_enter(buf, spare, n, A, changed, n_changed, act, pos, K, Rinv, y, ys, s, nb, m):
+    """Border the inverse with the indices of changed[:n_changed] that entered A (appended to
+    act); returns (buf, spare, n) after the swap of the two buffers."""
+    add = _select(A, changed, n_changed, True)
+    n_add = add.shape[0]
+    if n_add == 0:
+        return buf, spare, n
+    spare = _room(spare, n + n_add, m)
+    B = _gather(K, Rinv, y, ys, s, nb, act[:n], add, False)
+    Dn = _gather(K, Rinv, y, ys, s, nb, add, add, True)
+    n = _cap_add(buf, spare, n, B, Dn)
+    for q in range(n_add):
+        act[n - n_add + q] = add[q]
+        pos[add[q]] = n - n_add + q
+    return spare, buf, n
+
+
+@njit(cache=True)
+def _cap_refactor(buf, A, act, pos, K, Rinv, y, ys, s, nb, m):
+    """The inverse of the capacitance matrix over A from scratch (act / pos rebuilt);
+    returns (buf, n)."""
+    n = 0
+    for i in range(m):
+        pos[i] = -1
+        if A[i]:
+            act[n] = i
+            pos[i] = n
+            n += 1
+    buf = _room(buf, n, m)
+    if n:
+        buf[: n * n] = _spd_inverse(_gather(K, Rinv, y, ys, s, nb, act[:n], act[:n], True)).ravel()
+    return buf, n
+
+
+@njit(cache=True)
 def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_every, refresh_tol):
-    """The kernel MSVMAv iteration in the signed coefficients c = y * a (see
-    :func:`margindist.solvers.msvmav._kernel_factor_loop`, which computes the same with NumPy
-    and a callback): capacitance inverse over A held row-major in a flat buffer.
+    """The kernel MSVMAv iteration in the signed coefficients c = y * a ("paper" metric
+    R = D^{-1} + K, D = diag(s), Y = diag(y)); margins m = y * (K a):
+
+        delta = theta - m_A (the shortfalls),  v = C^{-1} delta,
+        C     = nb D_A^{-1} + Y_A (K R^{-1} K)_AA Y_A   (the capacitance matrix, |A| x |A|),
+        c'    = c + v (on A) - y * R^{-1} (y * v / s),
+        a     = a' + s y / (2 alpha S),  normalised to a^T K a = c . m = 1, sign as in Sec. 5.
+
+    (Woodbury on (R + K_A^T D_A K_A / nb)^{-1}.) The inverse of C is held row-major in a flat
+    buffer and follows A by Schur-complement removals and bordering additions (about
+    3 c |A|^2 for c indices), refactorised when that is cheaper and checked on a probe vector
+    every ``check_every`` updates. A NumPy twin with a callback lives with the tests.
 
     Returns (c_last, c_best, n_iter, hist (n_iter + 1, 6), best_k, converged, status, schemes
     (1 = refactorisation), n_refresh) with status 0 ok, 2 non-finite iterate, 3 degenerate
@@ -429,46 +512,8 @@ def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_
         # ---- the capacitance inverse follows A
         refac = n < 0 or 3.0 * n_changed * n * n >= float(n_act) ** 3
         if not refac and n_changed:
-            n_rem = 0
-            for t in range(n_changed):
-                if not A[changed[t]]:
-                    n_rem += 1
-            if n_rem:
-                pr = np.empty(n_rem, dtype=np.int64)
-                q = 0
-                for t in range(n_changed):
-                    if not A[changed[t]]:
-                        pr[q] = pos[changed[t]]
-                        q += 1
-                pr.sort()
-                spare = _room(spare, n, m)
-                n = _cap_remove(buf, spare, n, pr)
-                buf, spare = spare, buf
-                a = 0
-                for t in range(n + n_rem):  # compact act / pos
-                    i = act[t]
-                    if A[i]:
-                        act[a] = i
-                        pos[i] = a
-                        a += 1
-                    else:
-                        pos[i] = -1
-            n_add = n_changed - n_rem
-            if n_add:
-                add = np.empty(n_add, dtype=np.int64)
-                q = 0
-                for t in range(n_changed):
-                    if A[changed[t]]:
-                        add[q] = changed[t]
-                        q += 1
-                spare = _room(spare, n + n_add, m)
-                B = _gather(K, Rinv, y, ys, s, nb, act[:n], add, False)
-                Dn = _gather(K, Rinv, y, ys, s, nb, add, add, True)
-                n = _cap_add(buf, spare, n, B, Dn)
-                buf, spare = spare, buf
-                for q in range(n_add):
-                    act[n - n_add + q] = add[q]
-                    pos[add[q]] = n - n_add + q
+            buf, spare, n = _cap_leave(buf, spare, n, A, changed, n_changed, act, pos, m)
+            buf, spare, n = _cap_enter(buf, spare, n, A, changed, n_changed, act, pos, K, Rinv, y, ys, s, nb, m)
             since += 1
             if refresh_every > 0 and since >= refresh_every:
                 refac = True
@@ -477,16 +522,7 @@ def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_
                 refac = True
                 n_refresh += 1
         if refac:
-            n = 0
-            for i in range(m):
-                pos[i] = -1
-                if A[i]:
-                    act[n] = i
-                    pos[i] = n
-                    n += 1
-            buf = _room(buf, n, m)
-            if n:
-                buf[: n * n] = _spd_inverse(_gather(K, Rinv, y, ys, s, nb, act[:n], act[:n], True)).ravel()
+            buf, n = _cap_refactor(buf, A, act, pos, K, Rinv, y, ys, s, nb, m)
             since = 0
             schemes[k] = 1
 

@@ -1,0 +1,112 @@
+"""Iteration bookkeeping shared by every MSVMAv path: the per-iterate history, the best
+iterate by SV / theta^2 and the run's result (:class:`MSVMAvResult`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._result import SolverResult
+
+__all__ = ["HISTORY_FIELDS", "MSVMAvResult", "History", "make_result"]
+
+#: Columns of the per-iterate history (row k describes iterate w_k; row 0 the start w_0).
+HISTORY_FIELDS = ("theta", "semivariance", "bound", "n_active", "n_changes", "step", "update")
+#: Iterations at the end of a run in which an active-set change means "not settled".
+CHANGE_WINDOW = 5
+
+
+@dataclass(kw_only=True)
+class MSVMAvResult(SolverResult):
+    """How an MSVMAv run ended (the solver reports; the estimator decides what to warn about).
+
+    Attributes
+    ----------
+    n_iter : int
+        Iterations run (iterates w_1 ... w_n_iter after the start w_0).
+    converged : bool
+        ``tol`` was met: an iteration left the active set unchanged and moved w by at most tol.
+    history : dict of ndarray
+        One row per iterate 0 ... n_iter, fields :data:`HISTORY_FIELDS`.
+    w : ndarray
+        The returned iterate (the last one, or the best with ``return_best``). From
+        :func:`~margindist.solvers.msvmav.msvmav_iterate`: w with the bias coordinate; from
+        :func:`~margindist.solvers.msvmav.msvmav_linear`: the coefficients without it; from
+        :func:`~margindist.solvers.msvmav.msvmav_kernel`: the dual coefficients a.
+    b : float
+        Intercept of the front ends (0 from ``msvmav_iterate``).
+    best_iter : int
+        The iterate with the smallest SV / theta^2.
+    changing : bool
+        Not converged and the active set still changed in the last :data:`CHANGE_WINDOW`
+        iterations (the iterate has not settled).
+    family : str
+        Which path ran: "compiled", "direct", "cg" or "capacitance".
+    n_refresh : int
+        Explicit inverses recomputed from scratch after a failed round-off check.
+    n_products : int
+        Products through X of the conjugate-gradient scheme.
+    norm_sq : float or None
+        Kernel path: a^T K a without the intercept's constant kernel (None elsewhere).
+    """
+
+    history: dict = field(default_factory=dict)
+    w: np.ndarray
+    b: float = 0.0
+    best_iter: int = 0
+    changing: bool = False
+    family: str = ""
+    n_refresh: int = 0
+    n_products: int = 0
+    norm_sq: float | None = None
+
+
+class History:
+    """Per-iterate history (row k describes iterate k; fields :data:`HISTORY_FIELDS`), the
+    best iterate by SV / theta^2 and the run's summary, for the loops written in NumPy."""
+
+    def __init__(self, max_iter, s, S):
+        self.s, self.S = s, S
+        self.rows = np.zeros((max_iter + 1, 6))
+        self.rows[:, 5] = np.nan
+        self.schemes = ["init"]
+        self.best_k, self.best = 0, None
+
+    def record(self, k, m, theta, A, changes, w, step=np.nan, scheme=None):
+        short = np.maximum(theta - m, 0.0)
+        sv = float(self.s @ (short * short)) / self.S
+        bound = sv / theta**2 if theta > 0 else np.inf
+        self.rows[k] = (theta, sv, bound, np.count_nonzero(A), changes, step)
+        if scheme is not None:
+            self.schemes.append(scheme)
+        if k == 0 or bound < self.rows[self.best_k, 2]:
+            self.best_k, self.best = k, w.copy()
+
+    def advance(self, k, m, theta, prevA, w, step, scheme, log, tol):
+        """Record iterate k (margins m, average margin theta); returns (A_k, tol met)."""
+        A = m < theta
+        changes = int(np.count_nonzero(A != prevA))
+        self.record(k, m, theta, A, changes, w, step, scheme)
+        if log is not None and log.isEnabledFor(10):
+            log.debug("MSVMAv iteration %d (%s): theta=%.6g SV/theta^2=%.6g |A|=%d changes=%d |dw|=%.3g",
+                      k, scheme, theta, self.rows[k, 2], self.rows[k, 3], changes, step)
+        return A, tol > 0 and changes == 0 and step <= tol
+
+    def result(self, w, n_iter, converged, return_best, **extra) -> MSVMAvResult:
+        return make_result(self.rows[: n_iter + 1], self.schemes, w, self.best, self.best_k, n_iter,
+                           converged, return_best, **extra)
+
+
+def make_result(rows, schemes, w, best_w, best_k, n_iter, converged, return_best, **extra) -> MSVMAvResult:
+    """The run's result from the history rows (theta, SV, bound, |A|, changes, step)."""
+    history = {f: rows[:, j].copy() for j, f in enumerate(HISTORY_FIELDS[:3])}
+    history["n_active"] = rows[:, 3].astype(np.int64)
+    history["n_changes"] = rows[:, 4].astype(np.int64)
+    history["step"] = rows[:, 5].copy()
+    history["update"] = np.array(schemes)
+    # a run ends at tol or at max_iter; "changing": max_iter with A still moving at the end
+    window = history["n_changes"][-CHANGE_WINDOW:]
+    return MSVMAvResult(w=best_w if return_best else w, n_iter=int(n_iter), history=history,
+                        best_iter=int(best_k), converged=bool(converged),
+                        changing=not converged and bool(np.any(window > 0)), **extra)

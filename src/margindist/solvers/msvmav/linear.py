@@ -1,0 +1,212 @@
+"""The MSVMAv iteration on explicit rows z_i (the linear path, dense or CSR X, and the kernel
+path's eigenbasis route), and the linear front end.
+
+H_k is updated from H_{k-1} when indices enter or leave A. Schemes (``update``):
+
+* ``"sherman-morrison"``: the explicit inverse M_k = H_k^{-1} is updated by Sherman-Morrison /
+  Woodbury. For one index x with weight s (the paper's Eqs. 7 and 8, s = 1):
+
+      removal:   M <- M - M x x^T M / (x^T M x - S beta / s)
+      addition:  M <- M - M x x^T M / (x^T M x + S beta / s)
+
+  The paper prints Eq. 8 with '+ M x x^T M'; that sign is wrong (Sherman-Morrison gives '-'
+  for both directions; with the printed sign M drifts from H^{-1} without bound). Removals and
+  additions are applied as two separate Woodbury blocks (a mixed block can have a singular
+  capacitance matrix, e.g. duplicate points of opposite labels); each block costs
+  O(c d^2 + c^2 d + c^3) for c rows. After every fourth update M is checked against H on a fixed
+  probe vector (O(d^2)) and recomputed from the Gram sum when the residual exceeds
+  :data:`~._common.REFRESH_TOL` (or every ``refresh_every`` iterations when that is set), which
+  bounds round-off (:class:`._direct.DirectSystem`).
+* ``"batched"``: keep the Gram sum S_A = sum_{A} s_i z_i z_i^T incrementally (O(c d^2) for c
+  changes) and re-factorise H by Cholesky (O(d^3)) every iteration.
+* ``"cg"``: conjugate gradients on H with products through a reused copy of the rows of A,
+  a diagonal-plus-mean-direction preconditioner and a Galerkin start from the last solutions
+  (:class:`._cg.CGSystem`); never forms a d x d matrix (sparse, high-dimensional X).
+* ``"auto"``: dense X with few columns: the batched scheme in one compiled loop
+  (:func:`._loops.dense_loop`); CG when d is large (no d x d matrix); otherwise per iteration the
+  cheaper of a Woodbury update of M (about 4 c d^2 flops) and a Cholesky refactorisation
+  (d^3 / 3).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._cg import CG_TOL, CGSystem
+from ._common import as_float64, blas_single_thread, diverged
+from ._design import Design
+from ._direct import DirectSystem
+from ._history import History, MSVMAvResult, make_result
+from ._loops import dense_loop
+
+__all__ = ["msvmav_iterate", "msvmav_linear"]
+
+#: "auto" never forms a d x d matrix above this many features (dense / sparse X).
+MAX_DIRECT_DENSE = 4096
+MAX_DIRECT_SPARSE = 2048
+#: "auto" runs the compiled loop (:func:`._loops.dense_loop`) on dense X up to this many features.
+MAX_COMPILED = 128
+
+
+def _choose_family(design, update):
+    """'direct' (explicit d x d matrices) or 'cg'."""
+    if update == "cg":
+        return "cg"
+    if update in ("sherman-morrison", "batched"):
+        return "direct"
+    limit = MAX_DIRECT_SPARSE if design.sparse else MAX_DIRECT_DENSE
+    return "cg" if design.d > limit else "direct"
+
+
+def _start(step, N, d):
+    """w_0 = step / ||step||_N, or an axis when the average margin picks no direction."""
+    w = step.copy()
+    nrm = float(np.sqrt(w @ w if N is None else w @ (N * w)))
+    if nrm > 0 and np.isfinite(nrm):
+        return w / nrm
+    # sum_i s_i z_i = 0: the average margin does not pick a direction; start on an axis
+    w = np.zeros(d)
+    j = 0 if N is None else int(np.argmax(N))
+    w[j] = 1.0 / (1.0 if N is None else np.sqrt(N[j]))
+    return w
+
+
+def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights=None,
+                   max_iter=100, tol=1e-6, update="auto", refresh_every=None, cg_tol=CG_TOL,
+                   return_best=False, callback=None, log=None) -> MSVMAvResult:
+    """Run the MSVMAv iteration on the rows z_i of ``design``.
+
+    Parameters
+    ----------
+    design : Design
+        Rows z_i = y_i x_i.
+    s : ndarray (n,)
+        Positive sample weights; S = s.sum() takes the place of the paper's n.
+    alpha, beta : float
+        The paper's alpha (average-margin step) and beta (semi-variance step).
+    prox : ndarray (d,), optional
+        Diagonal metric P of the semi-variance proximal term (default identity).
+    step : ndarray (d,), optional
+        Direction of the average-margin step, w <- w' + step / (2 alpha S) (default u); also
+        the starting point w_0 = step / ||step||_N.
+    norm_weights : ndarray (d,), optional
+        Diagonal metric N of the normalisation ||w||_N = 1 (default identity).
+    max_iter : int
+        T, the paper's iteration count (100).
+    tol : float
+        Stop early when an iteration leaves the active set unchanged and moves w by at most
+        tol (in the N-norm; w has unit norm). 0 runs all ``max_iter`` iterations.
+    update : {"auto", "sherman-morrison", "batched", "cg"}
+    refresh_every : int or None
+        Sherman-Morrison scheme: after every fourth incremental update, M is checked against H
+        on a fixed probe vector (O(d^2)) and recomputed from the Gram sum (O(d^3)) when the
+        relative residual exceeds 1e-10; ``refresh_every`` additionally forces a recomputation
+        after that many incremental iterations (None: only when the check fails).
+    cg_tol : float
+        Relative residual of the conjugate-gradient solves.
+    return_best : bool
+        Return the iterate with the smallest SV/theta^2 instead of the last one.
+    callback : callable, optional
+        Called after each iteration with a dict (k, active, theta, w_prev, w_half, w, scheme,
+        M (current explicit inverse or None), G (Gram sum or None), g). Testing aid.
+    log : logger, optional
+        Receives one debug line per iteration.
+
+    Returns
+    -------
+    MSVMAvResult
+        ``w`` the returned iterate (bias coordinate included), ``converged`` (tol met) and
+        ``changing`` (active set changed in the last iterations of a run that hit max_iter);
+        the solver never warns, the estimator does.
+    """
+    d = design.d
+    s = np.asarray(s, dtype=np.float64)
+    S = float(s.sum())
+    u = design.rmatvec(s)
+    P = np.ones(d) if prox is None else np.asarray(prox, dtype=np.float64)
+    N = None if norm_weights is None else np.asarray(norm_weights, dtype=np.float64)
+    step = u if step is None else np.asarray(step, dtype=np.float64)
+    w = _start(step, N, d)
+    am_step = step / (2.0 * alpha * S)
+    if (update == "auto" and callback is None and not design.sparse and design.c is None
+            and d <= MAX_COMPILED):
+        return _compiled(design, s, u, w, P, am_step, N, beta, max_iter, tol, return_best)
+    family = _choose_family(design, update)
+    if family == "direct":
+        system = DirectSystem(design, s, P, S * beta, update, refresh_every)
+    else:
+        system = CGSystem(design, s, P, S * beta, cg_tol, log)
+    hist = History(max_iter, s, S)
+    k, w, converged = _run(design, system, hist, u, w, am_step, N, max_iter, tol, callback, log)
+    return hist.result(w, k, converged, return_best, family=family, n_refresh=getattr(system, "n_refresh", 0),
+                       n_products=getattr(system, "n_products", 0))
+
+
+def _run(design, system, hist, u, w, am_step, N, max_iter, tol, callback, log):
+    """The loop of :func:`msvmav_iterate` over a semi-variance ``system`` (direct or CG);
+    returns (iterations, last iterate, converged)."""
+    S, nb = hist.S, system.nb
+
+    def norm(v):
+        return float(np.sqrt(v @ v if N is None else v @ (N * v)))
+
+    m = design.matvec(w)
+    theta = float(u @ w) / S
+    A = m < theta
+    hist.record(0, m, theta, A, int(np.count_nonzero(A)), w)
+    prevA = np.zeros(design.n, dtype=bool)
+    converged = False
+    k = 0
+    for k in range(1, max_iter + 1):
+        diff = np.flatnonzero(A != prevA)
+        w_half, scheme = system.half_step(A, diff[A[diff]], diff[~A[diff]], theta, w, k)
+        w_new = w_half + am_step
+        nrm = norm(w_new)
+        if not np.isfinite(nrm) or nrm <= 0:
+            raise diverged(k, detail=f" (norm {nrm})")
+        w_new /= nrm
+        if u @ w_new < 0:  # Section 5: keep the average margin positive
+            w_new = -w_new
+        if callback is not None:
+            callback({"k": k, "active": A, "theta": theta, "w_prev": w, "w_half": w_half,
+                      "w": w_new, "scheme": scheme, "nb": nb, **system.callback_info(scheme)})
+        dw = norm(w_new - w)
+        w = w_new
+        prevA = A
+        m = design.matvec(w)
+        A, converged = hist.advance(k, m, float(u @ w) / S, prevA, w, dw, scheme, log, tol)
+        theta = hist.rows[k, 0]
+        if converged:
+            break
+    return k, w, converged
+
+
+def _compiled(design, s, u, w0, P, am_step, N, beta, max_iter, tol, return_best):
+    """The "auto" scheme for dense X with few features: the compiled batched loop."""
+    d = design.d
+    N_arr = np.ones(d) if N is None else N
+    w, best_w, n_iter, hist, best_k, converged, status = dense_loop(
+        np.asfortranarray(design.B), design.r, s, design.intercept, u, w0, P, am_step, N_arr, float(beta),
+        int(max_iter), float(tol))
+    if status == 1:
+        raise np.linalg.LinAlgError("MSVMAv: the semi-variance system is not positive definite.")
+    if status == 2:
+        raise diverged(n_iter)
+    return make_result(hist, ["init"] + ["batched"] * int(n_iter), w, best_w, best_k, n_iter, converged,
+                       return_best, family="compiled")
+
+
+def msvmav_linear(X, y, sample_weight, alpha, beta, *, fit_intercept=True, **kw) -> MSVMAvResult:
+    """Linear MSVMAv (paper Algorithm 1): the result's ``w`` are the coefficients (p,) and ``b``
+    the intercept; ``kw`` go to :func:`msvmav_iterate`.
+
+    With ``fit_intercept`` the constant 1 is appended to every x_i (implicitly, X is not
+    copied), so the bias is a coordinate of w and part of ||w|| = 1, as in the paper.
+    """
+    X = as_float64(X)
+    design = Design(X, y, intercept=fit_intercept)
+    with blas_single_thread(design.d):
+        res = msvmav_iterate(design, sample_weight, alpha, beta, **kw)
+    if fit_intercept:
+        res.w, res.b = res.w[:-1].copy(), float(res.w[-1])
+    return res
