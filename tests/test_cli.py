@@ -126,7 +126,8 @@ def test_progress_modes():
         p.update(item="heart/svm#0")
     p.close()
     text = tty.getvalue()
-    assert "\r[" in text and "4/4" in text and "heart/svm#0" in text
+    # rich redraws the line in place: carriage return, erase the line
+    assert "\r\x1b[2K" in text and "4/4" in text and "heart/svm#0" in text
     pipe = io.StringIO()
     p = Progress(3, stream=pipe, interval=0.0)
     assert p.mode == "log"

@@ -91,7 +91,7 @@ def _cmd_methods(args) -> int:
 
 # ---------------------------------------------------------------------- running
 def _progress(args):
-    from .experiments.parallel import Progress
+    from .experiments.progress import Progress
 
     return Progress(quiet=args.quiet, interval=args.log_interval)
 
