@@ -24,7 +24,7 @@ from margindist.experiments import (
 )
 from margindist.experiments import registry
 from margindist.experiments.registry import MethodInfo, UnsupportedError
-from margindist.experiments.runner import median_choice, plan_eval_tasks
+from margindist.experiments.planning import median_choice, plan_eval_tasks
 
 
 def small_experiment(**changes):
@@ -221,7 +221,7 @@ def test_every_preset_plans_strictly(quick):
     """Every method of every preset exists and takes the preset's parameters (a typo in a grid
     would otherwise silently drop the method), and the protocols are the papers'."""
     from margindist.experiments.presets import get_preset, list_presets
-    from margindist.experiments.runner import plan_experiment
+    from margindist.experiments.planning import plan_experiment
 
     for name in list_presets():
         exp = get_preset(name, quick=quick)
@@ -262,9 +262,9 @@ class _SlowFirstFit(ClassifierMixin, BaseEstimator):
 
 
 def test_first_fit_is_an_untimed_warm_up(monkeypatch):
-    from margindist.experiments import runner
+    from margindist.experiments import tasks
 
-    monkeypatch.setattr(runner, "_WARMED", set())
+    monkeypatch.setattr(tasks, "_WARMED", set())
     monkeypatch.setattr(_SlowFirstFit, "fits", [])
     monkeypatch.setitem(registry._REGISTRY, "slowfirst",
                         MethodInfo("slowfirst", "test double", family="scikit-learn",
@@ -276,13 +276,13 @@ def test_first_fit_is_an_untimed_warm_up(monkeypatch):
     first, second = recs
     # the slow fit happened in the warm-up, on a tiny problem (8 rows per class), not in CV or the timed fit
     assert first["info"]["warmup_time"] >= 0.4 and "warmup_time" not in second["info"]
-    assert _SlowFirstFit.fits[0] == 2 * runner.WARMUP_ROWS
+    assert _SlowFirstFit.fits[0] == 2 * tasks.WARMUP_ROWS
     assert first["fit_time"] < 0.2 and first["cv_time"] < 0.3
     # one warm-up per configuration and process: other fixed settings warm up again
     exp2 = small_experiment(methods=[MethodRun("slowfirst", "S2", fixed={"C": 3.0})],
                             datasets=[DatasetSpec("heart")], reference=None)
     rec = execute_task(plan_experiment(exp2).first_phase_tasks()[0])
-    assert "warmup_time" in rec["info"] and len(runner._WARMED) == 2
+    assert "warmup_time" in rec["info"] and len(tasks._WARMED) == 2
 
 
 def test_test_margins_are_stored_beside_training_margins(serial_run):

@@ -512,7 +512,7 @@ def _bench_datasets(names, data_dir):
 
 def _cmd_bench(args) -> int:
     from .experiments.registry import UnknownMethodError, did_you_mean, get_method
-    from .experiments.runner import Experiment, MethodRun
+    from .experiments.records import Experiment, MethodRun
 
     dataset_names, methods = _split_list(args.datasets), _split_list(args.methods)
     if not dataset_names:

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .records import fmt_value
 from .stats import (
     compare_splits,
     friedman_from_ranks,
@@ -124,9 +125,7 @@ class Summary:
 
 
 def _fmt_params(params: dict) -> str:
-    from .runner import _fmt_value
-
-    return ", ".join(f"{k}={_fmt_value(v)}" for k, v in params.items()) if params else "-"
+    return ", ".join(f"{k}={fmt_value(v)}" for k, v in params.items()) if params else "-"
 
 
 def summarize_experiment(exp, plan, records) -> Summary:
