@@ -313,3 +313,21 @@ def test_cli_test_option_reaches_the_report(tmp_path, capsys):
     assert "two-sided paired t-test over the splits" in (tmp_path / "report.md").read_text()
     assert "18 evaluations stored for this table, 0 computed in this run" in (tmp_path / "report.md").read_text()
     assert main(common + ["--test", "z"]) == 2
+
+
+def test_progress_says_compiling_during_the_warm_up(monkeypatch, tmp_path):
+    import io
+
+    from margindist.experiments import Progress, tasks
+
+    monkeypatch.setattr(tasks, "_WARMED", set())
+    stream = io.StringIO()
+    exp = small_experiment(methods=[MethodRun("mamc", "MAMC")], datasets=[DatasetSpec("heart")], reference=None)
+    out = run_experiment(exp, tmp_path, write_reports=False, progress=Progress(stream=stream, interval=0.0))
+    assert out.ok and out.n_executed == 2
+    lines = stream.getvalue().splitlines()
+    # one warm-up in this process, announced before the first task finished; then the counts
+    assert [x for x in lines if "compiling" in x] == ["margindist: compiling (first run only): mamc (linear)"]
+    assert lines.index("margindist: compiling (first run only): mamc (linear)") < \
+        min(i for i, x in enumerate(lines) if "tasks (" in x)
+    assert lines[-1].startswith("margindist: 2/2 tasks (100%)")

@@ -76,10 +76,11 @@ class Progress:
             self._rich.start()
         return self._rich
 
-    def _refresh(self) -> None:
+    def _refresh(self, now: bool = False) -> None:
         note = [f"{self.failed} failed"] if self.failed else []
         note += [self._status] if self._status else ([self._item] if self._item else [])
-        self._live().update(self._task, total=self.total or None, completed=self.done, note="  ".join(note))
+        self._live().update(self._task, total=self.total or None, completed=self.done, note="  ".join(note),
+                            refresh=now)
 
     # ---------------------------------------------------------------- the interface
     def set_total(self, total: int) -> None:
@@ -113,7 +114,7 @@ class Progress:
         changed = text != self._status
         self._status = text
         if self.mode == "bar":
-            self._refresh()
+            self._refresh(now=changed)
         elif self.mode == "log" and text and changed:
             self._write_line(f"{self.label}: {text}")
 
