@@ -373,7 +373,12 @@ def test_cd_diagram_and_cliques_demsar():
 
 
 def test_one_row_model_behind_the_three_tables(summary):
-    from margindist.experiments.reports import main_table, render_csv, render_latex, render_markdown
+    from margindist.experiments.reports import (
+        main_table,
+        render_csv,
+        render_latex,
+        render_markdown,
+    )
 
     t = main_table(summary)
     assert [r.dataset for r in t.rows] == ["heart", "sonar"] and t.paper_methods == ["A", "B"]

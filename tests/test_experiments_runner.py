@@ -20,11 +20,11 @@ from margindist.experiments import (
     execute_task,
     get_method,
     plan_experiment,
+    registry,
     run_experiment,
 )
-from margindist.experiments import registry
-from margindist.experiments.registry import MethodInfo, UnsupportedError
 from margindist.experiments.planning import median_choice, plan_eval_tasks
+from margindist.experiments.registry import MethodInfo, UnsupportedError
 
 
 def small_experiment(**changes):
@@ -220,8 +220,8 @@ def test_sklearn_baselines_and_margins():
 def test_every_preset_plans_strictly(quick):
     """Every method of every preset exists and takes the preset's parameters (a typo in a grid
     would otherwise silently drop the method), and the protocols are the papers'."""
-    from margindist.experiments.presets import get_preset, list_presets
     from margindist.experiments.planning import plan_experiment
+    from margindist.experiments.presets import get_preset, list_presets
 
     for name in list_presets():
         exp = get_preset(name, quick=quick)

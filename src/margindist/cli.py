@@ -511,8 +511,8 @@ def _bench_datasets(names, data_dir):
 
 
 def _cmd_bench(args) -> int:
-    from .experiments.registry import UnknownMethodError, did_you_mean, get_method
     from .experiments.records import Experiment, MethodRun
+    from .experiments.registry import UnknownMethodError, did_you_mean, get_method
 
     dataset_names, methods = _split_list(args.datasets), _split_list(args.methods)
     if not dataset_names:

@@ -62,8 +62,15 @@ class Progress:
         """The rich display, started on first use (bar mode only)."""
         if self._rich is None:
             from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, SpinnerColumn, TaskProgressColumn,
-                                       TextColumn, TimeElapsedColumn, TimeRemainingColumn)
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                SpinnerColumn,
+                TaskProgressColumn,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
             from rich.progress import Progress as RichProgress
 
             console = Console(file=self.stream, highlight=False)

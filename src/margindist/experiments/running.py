@@ -16,7 +16,14 @@ from functools import partial
 from pathlib import Path
 
 from .parallel import execute, runs_in_process
-from .planning import Plan, failed_selection, pending_tasks, plan_eval_tasks, second_phase_tasks, stored_records
+from .planning import (
+    Plan,
+    failed_selection,
+    pending_tasks,
+    plan_eval_tasks,
+    second_phase_tasks,
+    stored_records,
+)
 from .tasks import execute_task
 
 __all__ = ["RunOutcome", "run_plan"]
