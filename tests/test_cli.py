@@ -126,7 +126,8 @@ def test_progress_modes():
         p.update(item="heart/svm#0")
     p.close()
     text = tty.getvalue()
-    assert "\r[" in text and "4/4" in text and "heart/svm#0" in text
+    # rich redraws the line in place: carriage return, erase the line
+    assert "\r\x1b[2K" in text and "4/4" in text and "heart/svm#0" in text
     pipe = io.StringIO()
     p = Progress(3, stream=pipe, interval=0.0)
     assert p.mode == "log"
@@ -337,3 +338,28 @@ def test_cv_fills_in_the_paper_grid_of_a_method_without_one(capsys, tmp_path):
     report = (tmp_path / "r" / "report.md").read_text()
     assert "svm: `svm` (linear) — C in {1, 2}" in report
     assert "lssvm: `lssvm` (linear) — C in {2^-10," in report and "Paper grid (preset msvmav-linear)" in report
+
+
+def test_progress_compiling_state():
+    class TTY(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty = TTY()
+    p = Progress(2, stream=tty)
+    p.start()
+    p.compiling("odm (linear)")
+    assert "compiling (first run only): odm (linear)" in tty.getvalue()
+    p.compiling(None)
+    p.update(item="heart/odm#0")
+    p.close()
+    pipe = io.StringIO()
+    p = Progress(2, stream=pipe, interval=1000.0)
+    p.start()
+    p.compiling("odm (linear)")
+    p.compiling(None)
+    p.compiling("odm (linear)")  # a second configuration: a second line
+    p.update(2)
+    p.close()
+    assert pipe.getvalue().count("margindist: compiling (first run only): odm (linear)\n") == 2
+    assert "\r" not in pipe.getvalue()

@@ -370,3 +370,21 @@ def test_cd_diagram_and_cliques_demsar():
         plot_critical_difference([1.0, 2.0], 1.0, names=["a"])
     with pytest.raises(ValueError, match="at least 2"):
         plot_critical_difference({"a": 1.0}, 1.0)
+
+
+def test_one_row_model_behind_the_three_tables(summary):
+    from margindist.experiments.reports import (
+        main_table,
+        render_csv,
+        render_latex,
+        render_markdown,
+    )
+
+    t = main_table(summary)
+    assert [r.dataset for r in t.rows] == ["heart", "sonar"] and t.paper_methods == ["A", "B"]
+    assert t.rows[0].paper["A"].text == "0.791 ± 0.03" and t.rows[1].paper["B"] is None
+    assert t.wtl_text("A") == "(ref)" and t.wtl_text("C") == "0/0/2"
+    assert render_markdown(t) == markdown_table(summary) and render_csv(t) == csv_table(summary)
+    ours = main_table(summary, paper=False)
+    assert ours.paper_methods == [] and render_latex(ours, "demo") == latex_table(summary, "demo", paper="none",
+                                                                                   ranks=False)

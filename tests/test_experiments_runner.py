@@ -20,11 +20,11 @@ from margindist.experiments import (
     execute_task,
     get_method,
     plan_experiment,
+    registry,
     run_experiment,
 )
-from margindist.experiments import registry
+from margindist.experiments.planning import median_choice, plan_eval_tasks
 from margindist.experiments.registry import MethodInfo, UnsupportedError
-from margindist.experiments.runner import median_choice, plan_eval_tasks
 
 
 def small_experiment(**changes):
@@ -220,8 +220,8 @@ def test_sklearn_baselines_and_margins():
 def test_every_preset_plans_strictly(quick):
     """Every method of every preset exists and takes the preset's parameters (a typo in a grid
     would otherwise silently drop the method), and the protocols are the papers'."""
+    from margindist.experiments.planning import plan_experiment
     from margindist.experiments.presets import get_preset, list_presets
-    from margindist.experiments.runner import plan_experiment
 
     for name in list_presets():
         exp = get_preset(name, quick=quick)
@@ -262,9 +262,9 @@ class _SlowFirstFit(ClassifierMixin, BaseEstimator):
 
 
 def test_first_fit_is_an_untimed_warm_up(monkeypatch):
-    from margindist.experiments import runner
+    from margindist.experiments import tasks
 
-    monkeypatch.setattr(runner, "_WARMED", set())
+    monkeypatch.setattr(tasks, "_WARMED", set())
     monkeypatch.setattr(_SlowFirstFit, "fits", [])
     monkeypatch.setitem(registry._REGISTRY, "slowfirst",
                         MethodInfo("slowfirst", "test double", family="scikit-learn",
@@ -276,13 +276,13 @@ def test_first_fit_is_an_untimed_warm_up(monkeypatch):
     first, second = recs
     # the slow fit happened in the warm-up, on a tiny problem (8 rows per class), not in CV or the timed fit
     assert first["info"]["warmup_time"] >= 0.4 and "warmup_time" not in second["info"]
-    assert _SlowFirstFit.fits[0] == 2 * runner.WARMUP_ROWS
+    assert _SlowFirstFit.fits[0] == 2 * tasks.WARMUP_ROWS
     assert first["fit_time"] < 0.2 and first["cv_time"] < 0.3
     # one warm-up per configuration and process: other fixed settings warm up again
     exp2 = small_experiment(methods=[MethodRun("slowfirst", "S2", fixed={"C": 3.0})],
                             datasets=[DatasetSpec("heart")], reference=None)
     rec = execute_task(plan_experiment(exp2).first_phase_tasks()[0])
-    assert "warmup_time" in rec["info"] and len(runner._WARMED) == 2
+    assert "warmup_time" in rec["info"] and len(tasks._WARMED) == 2
 
 
 def test_test_margins_are_stored_beside_training_margins(serial_run):
@@ -313,3 +313,21 @@ def test_cli_test_option_reaches_the_report(tmp_path, capsys):
     assert "two-sided paired t-test over the splits" in (tmp_path / "report.md").read_text()
     assert "18 evaluations stored for this table, 0 computed in this run" in (tmp_path / "report.md").read_text()
     assert main(common + ["--test", "z"]) == 2
+
+
+def test_progress_says_compiling_during_the_warm_up(monkeypatch, tmp_path):
+    import io
+
+    from margindist.experiments import Progress, tasks
+
+    monkeypatch.setattr(tasks, "_WARMED", set())
+    stream = io.StringIO()
+    exp = small_experiment(methods=[MethodRun("mamc", "MAMC")], datasets=[DatasetSpec("heart")], reference=None)
+    out = run_experiment(exp, tmp_path, write_reports=False, progress=Progress(stream=stream, interval=0.0))
+    assert out.ok and out.n_executed == 2
+    lines = stream.getvalue().splitlines()
+    # one warm-up in this process, announced before the first task finished; then the counts
+    assert [x for x in lines if "compiling" in x] == ["margindist: compiling (first run only): mamc (linear)"]
+    assert lines.index("margindist: compiling (first run only): mamc (linear)") < \
+        min(i for i, x in enumerate(lines) if "tasks (" in x)
+    assert lines[-1].startswith("margindist: 2/2 tasks (100%)")

@@ -109,3 +109,25 @@ def test_cli_refuses_a_second_run_on_the_same_out(tmp_path, capsys):
         assert "Another margindist run" in capsys.readouterr().err
     finally:
         holder.close()
+
+
+def test_records_of_an_older_store_load_as_typed_records(tmp_path):
+    from margindist.experiments.records import TaskRecord
+
+    db = tmp_path / "results.sqlite"
+    # a store written before typed records: rows from plain dicts, some without version / params / info
+    with ResultStore(db) as store:
+        store.put(_record("old", 0.75))
+        store.put({**_record("full", 0.5), "fit_time": 0.1, "params": {"C": 2.0}, "info": {"choice": [1]},
+                   "version": "0.0.1"})
+    with ResultStore(db) as store:
+        rows = store.get_many(["old", "full"])
+    old, full = TaskRecord.from_dict(rows["old"]), TaskRecord.from_dict(rows["full"])
+    assert old.ok and old.score == 0.75 and old.params == {} and old.info == {} and old.version is None
+    assert full.params == {"C": 2.0} and full.choice == [1] and full["fit_time"] == 0.1
+    assert full.get("version") == "0.0.1" and full.get("nonsense", 3) == 3
+    # typed records are stored in the same format and read back unchanged
+    with ResultStore(db) as store:
+        store.put(full)
+        assert TaskRecord.from_dict(store.get("full")) == full
+        assert store.get("full") == full.to_dict()

@@ -91,7 +91,7 @@ def _cmd_methods(args) -> int:
 
 # ---------------------------------------------------------------------- running
 def _progress(args):
-    from .experiments.parallel import Progress
+    from .experiments.progress import Progress
 
     return Progress(quiet=args.quiet, interval=args.log_interval)
 
@@ -511,8 +511,8 @@ def _bench_datasets(names, data_dir):
 
 
 def _cmd_bench(args) -> int:
+    from .experiments.records import Experiment, MethodRun
     from .experiments.registry import UnknownMethodError, did_you_mean, get_method
-    from .experiments.runner import Experiment, MethodRun
 
     dataset_names, methods = _split_list(args.datasets), _split_list(args.methods)
     if not dataset_names:

@@ -21,7 +21,8 @@ or ``margindist reproduce msvmav-linear --quick`` on the command line. A custom 
 See ``docs/experiments.md``.
 """
 
-from .parallel import Progress, dask_available, execute
+from .parallel import dask_available, execute
+from .planning import Plan, plan_experiment
 from .presets import PRESETS, UnknownPresetError, get_preset, list_presets
 from .protocols import DatasetSpec, Protocol, derive_seed, load_data, parse_dataset, preprocess
 from .registry import (
@@ -33,10 +34,14 @@ from .registry import (
     method_status,
 )
 from .reports import Summary, csv_table, latex_table, markdown_table, summarize_experiment, write_reports
-from .runner import Experiment, MethodRun, Plan, RunOutcome, Task, execute_task, plan_experiment, run_experiment
+from .progress import Progress
+from .records import Experiment, MethodRun, Task, TaskRecord
+from .runner import run_experiment
+from .running import RunOutcome
 from .search import Scaled, cv_search, pow2
 from .stats import PairedTest, paired_ttest, summarize, win_tie_loss
 from .store import ResultStore
+from .tasks import execute_task
 
 __all__ = [
     "PRESETS",
@@ -53,6 +58,7 @@ __all__ = [
     "Scaled",
     "Summary",
     "Task",
+    "TaskRecord",
     "UnknownMethodError",
     "UnknownPresetError",
     "csv_table",

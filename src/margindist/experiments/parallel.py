@@ -1,4 +1,4 @@
-"""Executing independent tasks: serially, on local processes, or on a Dask cluster; progress.
+"""Executing independent tasks: serially, on local processes, or on a Dask cluster.
 
 All three paths run the same pure task function and yield results as they finish (in any
 order); the caller stores them. Results do not depend on the path: every task derives its
@@ -14,18 +14,22 @@ randomness from the master seed and its own key, and runs with one BLAS thread.
 
 from __future__ import annotations
 
-import shutil
-import sys
-import time
 from collections.abc import Callable, Iterable, Iterator
 
-__all__ = ["execute", "Progress", "dask_available"]
+from .progress import Progress
+
+__all__ = ["execute", "Progress", "dask_available", "runs_in_process"]
 
 
 def dask_available() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("distributed") is not None
+
+
+def runs_in_process(workers: int | None, scheduler, n_tasks: int) -> bool:
+    """Whether :func:`execute` runs its tasks in this process, one after the other."""
+    return scheduler is None and (workers is None or workers == 1 or n_tasks == 1)
 
 
 def execute(fn: Callable, tasks: Iterable, *, workers: int = 1, scheduler=None) -> Iterator:
@@ -46,7 +50,7 @@ def execute(fn: Callable, tasks: Iterable, *, workers: int = 1, scheduler=None) 
     if scheduler is not None:
         yield from _execute_dask(fn, tasks, scheduler)
         return
-    if workers is None or workers == 1 or len(tasks) == 1:
+    if runs_in_process(workers, scheduler, len(tasks)):
         for t in tasks:
             yield fn(t)
         return
@@ -74,109 +78,3 @@ def _execute_dask(fn, tasks, scheduler):
     finally:
         if own:
             client.close()
-
-
-def _fmt_time(seconds: float) -> str:
-    seconds = int(round(max(seconds, 0)))
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-
-class Progress:
-    """Progress of a run on a stream (stderr).
-
-    ``mode="bar"``: a one-line bar with counts, elapsed time and ETA, redrawn in place (for
-    terminals). ``mode="log"``: a plain line every ``interval`` seconds and at the end (for
-    logs and pipes). ``mode="off"``: nothing. ``mode="auto"`` picks "bar" when the stream is
-    a TTY, else "log"; ``quiet=True`` means "off".
-    """
-
-    def __init__(self, total: int = 0, *, stream=None, mode: str = "auto", quiet: bool = False,
-                 interval: float = 30.0, label: str = "margindist"):
-        self.stream = sys.stderr if stream is None else stream
-        if quiet:
-            mode = "off"
-        if mode == "auto":
-            isatty = getattr(self.stream, "isatty", None)
-            mode = "bar" if isatty is not None and isatty() else "log"
-        if mode not in ("bar", "log", "off"):
-            raise ValueError(f"progress mode must be 'bar', 'log', 'off' or 'auto'; got {mode!r}.")
-        self.mode = mode
-        self.total = int(total)
-        self.done = 0
-        self.failed = 0
-        self.interval = float(interval)
-        self.label = label
-        self._t0 = time.perf_counter()
-        self._last_log = self._t0
-        self._last_draw = 0.0
-        self._drawn = False
-
-    def set_total(self, total: int) -> None:
-        self.total = int(total)
-
-    def start(self, message: str = "") -> None:
-        self._t0 = self._last_log = time.perf_counter()
-        if self.mode == "log" and message:
-            self._write_line(f"{self.label}: {message}")
-
-    def update(self, n: int = 1, *, item: str = "", failed: bool = False) -> None:
-        self.done += n
-        self.failed += int(failed)
-        now = time.perf_counter()
-        if self.mode == "bar":
-            if now - self._last_draw >= 0.1 or self.done >= self.total:
-                self._draw(item)
-                self._last_draw = now
-        elif self.mode == "log":
-            if now - self._last_log >= self.interval:
-                self._write_line(self._status())
-                self._last_log = now
-
-    def eta(self) -> float | None:
-        if self.done == 0 or self.total <= self.done:
-            return None if self.done == 0 else 0.0
-        elapsed = time.perf_counter() - self._t0
-        return elapsed / self.done * (self.total - self.done)
-
-    def _status(self) -> str:
-        elapsed = time.perf_counter() - self._t0
-        pct = 100.0 * self.done / self.total if self.total else 100.0
-        eta = self.eta()
-        parts = [f"{self.label}: {self.done}/{self.total} tasks ({pct:.0f}%)",
-                 f"elapsed {_fmt_time(elapsed)}"]
-        if eta is not None and self.done < self.total:
-            parts.append(f"ETA {_fmt_time(eta)}")
-        if self.failed:
-            parts.append(f"{self.failed} failed")
-        return ", ".join(parts)
-
-    def _draw(self, item: str) -> None:
-        width = shutil.get_terminal_size((100, 20)).columns
-        elapsed = time.perf_counter() - self._t0
-        frac = self.done / self.total if self.total else 1.0
-        eta = self.eta()
-        tail = f" {self.done}/{self.total} {100 * frac:3.0f}% {_fmt_time(elapsed)}"
-        tail += f" ETA {_fmt_time(eta)}" if eta is not None and self.done < self.total else ""
-        tail += f" {self.failed} failed" if self.failed else ""
-        tail += f"  {item}" if item else ""
-        bar_w = max(10, min(30, width - len(tail) - 4))
-        filled = int(round(bar_w * frac))
-        line = f"[{'#' * filled}{'.' * (bar_w - filled)}]{tail}"
-        self.stream.write("\r" + line[: width - 1].ljust(width - 1))
-        self.stream.flush()
-        self._drawn = True
-
-    def _write_line(self, text: str) -> None:
-        self.stream.write(text + "\n")
-        self.stream.flush()
-
-    def close(self, message: str = "") -> None:
-        if self.mode == "bar" and self._drawn:
-            self.stream.write("\n")
-            self.stream.flush()
-        if self.mode == "log" and self.total:
-            self._write_line(self._status())
-        if message and self.mode != "off":
-            self._write_line(f"{self.label}: {message}")

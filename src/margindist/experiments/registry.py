@@ -1,8 +1,10 @@
 """The method registry: short names -> estimators.
 
-margindist's own estimators are imported lazily by module path, so a method whose module does
-not exist (yet) is reported as *missing* instead of breaking the experiment system; the
-scikit-learn baselines are scikit-learn's own classes (never re-implemented):
+margindist's own estimators are registered with their classes. An entry may instead name its
+class by ``"module:Class"`` (``MethodInfo(target=...)``, e.g. a method from another package):
+it is imported when first used, and a module that does not exist is reported as *missing*
+instead of breaking the experiment system. The scikit-learn baselines are scikit-learn's own
+classes (never re-implemented):
 
 ========================  ==========================================================
 ``svm``                   ``LinearSVC`` (linear) / ``SVC(kernel="rbf")``
@@ -34,6 +36,15 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .. import metrics
 from .._validation import close_matches
+from ..models.fmm import FMM
+from ..models.kmomd import KMOMD
+from ..models.ldm import LDM
+from ..models.lssvm import LSSVM
+from ..models.m3svm import M3SVM
+from ..models.mamc import MAMC
+from ..models.margin_pursuit import MarginPursuit
+from ..models.msvmav import MSVMAv
+from ..models.odm import ODM
 
 __all__ = [
     "MethodInfo",
@@ -67,13 +78,15 @@ def _import(target: str):
 class MethodInfo:
     """One registry entry.
 
-    ``target`` is ``"module:Class"`` for margindist estimators (imported lazily); scikit-learn
-    entries have a ``builder(kernel, params, random_state)``.
+    ``cls`` is the estimator class of a margindist method, ``target`` the ``"module:Class"``
+    of one imported when first used; scikit-learn entries have a
+    ``builder(kernel, params, random_state)``.
     """
 
     name: str
     description: str
     target: str | None = None
+    cls: type | None = None
     family: str = "margindist"
     kernels: tuple | None = None  # None: any kernel the class takes, or linear only
     aliases: dict = field(default_factory=dict)
@@ -89,6 +102,8 @@ class MethodInfo:
         """(available, reason). A missing margindist module is not an error: it is reported."""
         if self.builder is not None:
             return True, "scikit-learn"
+        if self.cls is not None:
+            return True, f"{self.cls.__module__}:{self.cls.__name__}"
         module = self.target.partition(":")[0]
         try:
             _import(self.target)
@@ -115,8 +130,11 @@ class MethodInfo:
             if "estimator" in names:
                 names |= {k.split("__", 1)[1] for k in est.get_params(deep=True) if k.startswith("estimator__")}
             return names | set(self.aliases)
-        cls = _import(self.target)
-        return set(cls().get_params(deep=False)) | set(self.aliases)
+        return set(self.estimator_class()().get_params(deep=False)) | set(self.aliases)
+
+    def estimator_class(self) -> type:
+        """The margindist estimator class (``cls``, or ``target`` imported)."""
+        return self.cls if self.cls is not None else _import(self.target)
 
     def supports_kernel(self, kernel: str) -> bool:
         if self.kernels is not None:
@@ -132,7 +150,7 @@ class MethodInfo:
             raise UnsupportedError(f"method {self.name!r} has no {kernel!r} kernel.")
         if self.builder is not None:
             return self.builder(kernel, params, random_state)
-        cls = _import(self.target)
+        cls = self.estimator_class()
         valid = set(cls().get_params(deep=False))
         unknown = sorted(set(params) - valid)
         if unknown:
@@ -343,18 +361,18 @@ _EXACT_WARM_START = {
     "margin_pursuit": lambda est: est.solver == "gd" and est.tol is not None,
 }
 
-for _name, _target, _desc in [
-    ("msvmav", "margindist.models.msvmav:MSVMAv", "MSVMAv: average margin up, semi-variance down (Qian et al. 2022)"),
-    ("odm", "margindist.models.odm:ODM", "Optimal margin Distribution Machine (Zhang & Zhou 2019)"),
-    ("ldm", "margindist.models.ldm:LDM", "Large margin Distribution Machine (Zhang & Zhou 2014)"),
-    ("m3svm", "margindist.models.m3svm:M3SVM", "multi-class SVM maximising the minimum margin (Nie et al. 2024)"),
-    ("margin_pursuit", "margindist.models.margin_pursuit:MarginPursuit", "margin pursuit (Holland 2019)"),
-    ("kmomd", "margindist.models.kmomd:KMOMD", "KM-OMD, kernel optimisation of the margin distribution (Aiolli et al. 2008)"),
-    ("mamc", "margindist.models.mamc:MAMC", "maximal average margin classifier (Pelckmans et al. 2007)"),
-    ("lssvm", "margindist.models.lssvm:LSSVM", "least-squares SVM (Suykens et al. 2002)"),
-    ("fmm", "margindist.models.fmm:FMM", "fast margin maximisation (Ji et al. 2021)"),
+for _name, _cls, _desc in [
+    ("msvmav", MSVMAv, "MSVMAv: average margin up, semi-variance down (Qian et al. 2022)"),
+    ("odm", ODM, "Optimal margin Distribution Machine (Zhang & Zhou 2019)"),
+    ("ldm", LDM, "Large margin Distribution Machine (Zhang & Zhou 2014)"),
+    ("m3svm", M3SVM, "multi-class SVM maximising the minimum margin (Nie et al. 2024)"),
+    ("margin_pursuit", MarginPursuit, "margin pursuit (Holland 2019)"),
+    ("kmomd", KMOMD, "KM-OMD, kernel optimisation of the margin distribution (Aiolli et al. 2008)"),
+    ("mamc", MAMC, "maximal average margin classifier (Pelckmans et al. 2007)"),
+    ("lssvm", LSSVM, "least-squares SVM (Suykens et al. 2002)"),
+    ("fmm", FMM, "fast margin maximisation (Ji et al. 2021)"),
 ]:
-    _register(MethodInfo(_name, _desc, target=_target, exact_warm_start=_EXACT_WARM_START.get(_name)))
+    _register(MethodInfo(_name, _desc, cls=_cls, exact_warm_start=_EXACT_WARM_START.get(_name)))
 
 _register(MethodInfo("svm", "scikit-learn LinearSVC / SVC", family="scikit-learn", builder=_svm,
                      kernels=("linear", "rbf", "poly", "sigmoid")))

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .records import TaskRecord, fmt_value
 from .stats import (
     compare_splits,
     friedman_from_ranks,
@@ -124,80 +125,86 @@ class Summary:
 
 
 def _fmt_params(params: dict) -> str:
-    from .runner import _fmt_value
+    return ", ".join(f"{k}={fmt_value(v)}" for k, v in params.items()) if params else "-"
 
-    return ", ".join(f"{k}={_fmt_value(v)}" for k, v in params.items()) if params else "-"
+
+def _cell(exp, d: str, m: str, recs: list) -> Cell:
+    """The cell of (dataset d, method m) from its evaluation records."""
+    recs = sorted(recs, key=lambda r: r.split)
+    ok = [r for r in recs if r.ok and r.score is not None]
+    c = Cell(d, m, n_failed=len(recs) - len(ok))
+    if not ok:
+        return c
+    acc = np.array([r.score for r in ok])
+    s = summarize(acc if exp.metric == "accuracy" else 1.0 - acc)
+    c.n, c.mean, c.std, c.se = s["n"], s["mean"], s["std"], s["se"]
+    c.scores = {int(r.split): float(r.score) for r in ok}
+    c.fit_time = float(np.mean([r.fit_time for r in ok]))
+    c.predict_time = float(np.mean([r.predict_time for r in ok]))
+    cvt = [r.cv_time for r in ok if r.cv_time is not None]
+    c.cv_time = float(np.mean(cvt)) if cvt else float("nan")
+    top, k = Counter(_fmt_params(r.params) for r in ok).most_common(1)[0]
+    c.params = top if k == len(ok) else f"{top} ({k}/{len(ok)})"
+    ms = [r.margin_stats for r in ok if r.margin_stats]
+    if ms:
+        c.margin = {key: float(np.mean([x[key] for x in ms])) for key in ms[0]}
+    for r in ok:
+        if r.split == min(exp.margin_splits) and r.margins:
+            c.margins, c.test_margins = r.margins, r.test_margins
+    c.margin_note = "; ".join(sorted({r.info["margin_note"] for r in ok if r.info.get("margin_note")}))
+    c.cv_failed = int(sum(r.info.get("cv_failed", 0) for r in ok))
+    errs = [r.info["cv_errors"][0] for r in ok if r.info.get("cv_errors")]
+    c.cv_error = errs[0] if errs else ""
+    c.fit_warnings = int(sum(r.info.get("fit_warnings", 0) for r in ok))
+    warns = [r.info["fit_warning"] for r in ok if r.info.get("fit_warning")]
+    c.fit_warning = warns[0] if warns else ""
+    return c
+
+
+def _common_scores(c: Cell, rc: Cell) -> tuple[list, list]:
+    common = sorted(set(c.scores) & set(rc.scores))
+    return [c.scores[s] for s in common], [rc.scores[s] for s in common]
+
+
+def _against_reference(cells: dict, datasets: list, methods: list, ref: str, test: str, ratios: dict) -> dict:
+    """Marks each cell against the reference (in place); returns method -> (w, t, l)."""
+    for d in datasets:
+        rc = cells[(d, ref)]
+        for m in methods:
+            c = cells[(d, m)]
+            if m == ref or not c.n or not rc.n:
+                continue
+            t = compare_splits(*_common_scores(c, rc), test, test_train_ratio=ratios.get(d))
+            c.outcome, c.pvalue, c.mean_diff = t.outcome, t.pvalue, t.mean_diff
+    wtl = {}
+    for m in methods:
+        if m == ref:
+            continue
+        pairs, pair_ratios = [], []
+        for d in datasets:
+            c, rc = cells[(d, m)], cells[(d, ref)]
+            if c.n and rc.n:
+                pairs.append(_common_scores(c, rc))
+                pair_ratios.append(ratios.get(d))
+        wtl[m] = win_tie_loss(pairs, test=test, test_train_ratios=pair_ratios)
+    return wtl
 
 
 def summarize_experiment(exp, plan, records) -> Summary:
-    """Aggregate evaluation records over splits and test each method against the reference."""
+    """Aggregate evaluation records over splits and test each method against the reference.
+
+    ``records``: :class:`~margindist.experiments.records.TaskRecord` objects or the store's dicts.
+    """
     by = {}
-    for r in records:
-        by.setdefault((r["dataset"], r["method"]), []).append(r)
+    for r in map(TaskRecord.from_dict, records):
+        by.setdefault((r.dataset, r.method), []).append(r)
     methods = [run.name for run in plan.runs]
     datasets = [ds.name for ds in plan.datasets]
     ref = exp.reference if exp.reference in methods else None
-    cells = {}
-    for d in datasets:
-        for m in methods:
-            recs = sorted(by.get((d, m), []), key=lambda r: r["split"])
-            ok = [r for r in recs if r["status"] == "ok" and r["score"] is not None]
-            c = Cell(d, m, n_failed=len(recs) - len(ok))
-            if ok:
-                acc = np.array([r["score"] for r in ok])
-                vals = acc if exp.metric == "accuracy" else 1.0 - acc
-                s = summarize(vals)
-                c.n, c.mean, c.std, c.se = s["n"], s["mean"], s["std"], s["se"]
-                c.scores = {int(r["split"]): float(r["score"]) for r in ok}
-                c.fit_time = float(np.mean([r["fit_time"] for r in ok]))
-                c.predict_time = float(np.mean([r["predict_time"] for r in ok]))
-                cvt = [r["cv_time"] for r in ok if r["cv_time"] is not None]
-                c.cv_time = float(np.mean(cvt)) if cvt else float("nan")
-                counts = Counter(_fmt_params(r["params"] or {}) for r in ok)
-                top, k = counts.most_common(1)[0]
-                c.params = top if k == len(ok) else f"{top} ({k}/{len(ok)})"
-                ms = [r["info"].get("margin_stats") for r in ok if (r["info"] or {}).get("margin_stats")]
-                if ms:
-                    c.margin = {key: float(np.mean([x[key] for x in ms])) for key in ms[0]}
-                for r in ok:
-                    if r["split"] == min(exp.margin_splits) and r["info"].get("margins"):
-                        c.margins = r["info"]["margins"]
-                        c.test_margins = r["info"].get("test_margins")
-                notes = {r["info"].get("margin_note") for r in ok if r["info"].get("margin_note")}
-                c.margin_note = "; ".join(sorted(notes))
-                c.cv_failed = int(sum(r["info"].get("cv_failed", 0) for r in ok))
-                errs = [r["info"]["cv_errors"][0] for r in ok if r["info"].get("cv_errors")]
-                c.cv_error = errs[0] if errs else ""
-                c.fit_warnings = int(sum(r["info"].get("fit_warnings", 0) for r in ok))
-                warns = [r["info"]["fit_warning"] for r in ok if r["info"].get("fit_warning")]
-                c.fit_warning = warns[0] if warns else ""
-            cells[(d, m)] = c
+    cells = {(d, m): _cell(exp, d, m, by.get((d, m), [])) for d in datasets for m in methods}
     test = getattr(exp, "test", "paired-t")
     ratios = {d: _test_train_ratio(exp, d, by) for d in datasets} if test == "corrected-t" else {}
-    wtl = {}
-    if ref is not None:
-        for d in datasets:
-            rc = cells[(d, ref)]
-            for m in methods:
-                c = cells[(d, m)]
-                if m == ref or not c.n or not rc.n:
-                    continue
-                common = sorted(set(c.scores) & set(rc.scores))
-                a = [c.scores[s] for s in common]
-                b = [rc.scores[s] for s in common]
-                t = compare_splits(a, b, test, test_train_ratio=ratios.get(d))
-                c.outcome, c.pvalue, c.mean_diff = t.outcome, t.pvalue, t.mean_diff
-        for m in methods:
-            if m == ref:
-                continue
-            pairs, pair_ratios = [], []
-            for d in datasets:
-                c, rc = cells[(d, m)], cells[(d, ref)]
-                if c.n and rc.n:
-                    common = sorted(set(c.scores) & set(rc.scores))
-                    pairs.append(([c.scores[s] for s in common], [rc.scores[s] for s in common]))
-                    pair_ratios.append(ratios.get(d))
-            wtl[m] = win_tie_loss(pairs, test=test, test_train_ratios=pair_ratios)
+    wtl = _against_reference(cells, datasets, methods, ref, test, ratios) if ref is not None else {}
     labels = {ds.name: ds.display for ds in plan.datasets}
     skipped = {(d, m): why for d, m, why in plan.skipped_pairs}
     return Summary(exp.name, exp.title, exp.metric, ref, datasets, labels, methods, cells, wtl,
@@ -211,7 +218,7 @@ def _test_train_ratio(exp, dataset: str, by: dict) -> float:
         if d != dataset:
             continue
         for r in recs:
-            info = r.get("info") or {}
+            info = r.info
             if info.get("n_train") and info.get("n_test"):
                 n_tr.append(info["n_train"])
                 n_te.append(info["n_test"])
@@ -370,7 +377,7 @@ def cd_figure(summary: Summary, ms: MultiDatasetStats, path: Path) -> list:
     return save_figure(ax.figure, path)
 
 
-# ---------------------------------------------------------------------- formatting
+# ---------------------------------------------------------------------- the main table: one row model
 def _num(v: float) -> str:
     return "nan" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4f}"
 
@@ -380,53 +387,87 @@ def _paper_num(v: float) -> str:
     return text + "0" if text.endswith(".") else text
 
 
+@dataclass(frozen=True)
+class PaperValue:
+    """A number printed in the paper, with its plus-minus where the paper gives one."""
+
+    value: float
+    pm: float | None = None
+
+    @classmethod
+    def of(cls, summary: Summary, d: str, m: str) -> PaperValue | None:
+        entry = summary.paper.get(d, {}).get(m)
+        if entry is None:
+            return None
+        v, pm = entry if isinstance(entry, (tuple, list)) else (entry, None)
+        return cls(float(v), None if pm is None else float(pm))
+
+    @property
+    def value_text(self) -> str:
+        return _paper_num(self.value)
+
+    @property
+    def pm_text(self) -> str:
+        return "" if self.pm is None else _paper_num(self.pm)
+
+    @property
+    def text(self) -> str:
+        return self.value_text + (f" ± {self.pm_text}" if self.pm is not None else "")
+
+
+@dataclass
+class TableRow:
+    """One dataset's row of the main table."""
+
+    dataset: str  # name
+    label: str  # display name
+    cells: dict  # method -> Cell or None
+    reasons: dict  # method -> why the pair was not run (or None)
+    paper: dict  # paper method -> PaperValue or None
+
+    def has(self, m: str) -> bool:
+        c = self.cells.get(m)
+        return c is not None and c.n > 0
+
+
+@dataclass
+class MainTable:
+    """The main table, built once (:func:`main_table`) and rendered as Markdown, CSV or LaTeX.
+
+    ``methods`` are ours in order, ``paper_methods`` those with a paper column; ``wtl`` maps
+    each method to its (w, t, l) against the reference, or is None without a reference.
+    """
+
+    metric: str
+    test: str
+    reference: str | None
+    methods: list
+    paper_methods: list
+    rows: list  # TableRow
+    wtl: dict | None
+    paper_wtl: dict
+
+    def wtl_text(self, m: str, ref_text: str = "(ref)") -> str:
+        return ref_text if m == self.reference else "/".join(map(str, self.wtl.get(m, (0, 0, 0))))
+
+
+def main_table(summary: Summary, *, paper: bool = True) -> MainTable:
+    """The rows of the main table (with the paper's columns where the preset has them)."""
+    pm = summary.paper_methods() if paper else []
+    rows = [TableRow(d, summary.labels.get(d, d), {m: summary.cell(d, m) for m in summary.methods},
+                     {m: summary.skipped_pairs.get((d, m)) for m in summary.methods},
+                     {m: PaperValue.of(summary, d, m) for m in pm})
+            for d in summary.datasets]
+    wtl = None if summary.reference is None else {m: summary.wtl.get(m, (0, 0, 0)) for m in summary.methods}
+    return MainTable(summary.metric, summary.test, summary.reference, list(summary.methods), pm, rows, wtl,
+                     dict(summary.paper_wtl))
+
+
 def _cell_text(c: Cell | None, reason: str | None = None) -> str:
     if c is None or c.n == 0:
         return f"n/a ({reason})" if reason else "—"
     text = f"{_num(c.mean)} ± {_num(c.std)} ({_num(c.se)})"
     return f"{text} {c.mark}" if c.mark else text
-
-
-def _paper_text(summary: Summary, d: str, m: str) -> str:
-    entry = summary.paper.get(d, {}).get(m)
-    if entry is None:
-        return ""
-    v, pm = entry if isinstance(entry, (tuple, list)) else (entry, None)
-    return _paper_num(v) + (f" ± {_paper_num(pm)}" if pm is not None else "")
-
-
-def _header_name(summary: Summary, m: str) -> str:
-    return f"{m} (ref)" if m == summary.reference else m
-
-
-def _table_rows(summary: Summary, latex: bool = False):
-    """(header, rows, wtl_row) with display strings."""
-    pm = set(summary.paper_methods())
-    header = ["dataset"]
-    for m in summary.methods:
-        header.append(_header_name(summary, m))
-        if m in pm:
-            header.append(f"{m} (paper)")
-    rows = []
-    for d in summary.datasets:
-        row = [summary.labels.get(d, d)]
-        for m in summary.methods:
-            row.append(_cell_text(summary.cell(d, m), summary.skipped_pairs.get((d, m))))
-            if m in pm:
-                row.append(_paper_text(summary, d, m))
-        rows.append(row)
-    wtl_row = None
-    if summary.reference is not None:
-        wtl_row = [f"W/T/L vs {summary.reference}"]
-        for m in summary.methods:
-            if m == summary.reference:
-                wtl_row.append("(ref)")
-            else:
-                w, t, l = summary.wtl.get(m, (0, 0, 0))
-                wtl_row.append(f"{w}/{t}/{l}")
-            if m in pm:
-                wtl_row.append(summary.paper_wtl.get(m, ""))
-    return header, rows, wtl_row
 
 
 def legend(summary: Summary, exp=None) -> str:
@@ -443,48 +484,61 @@ def legend(summary: Summary, exp=None) -> str:
     return text
 
 
-def markdown_table(summary: Summary) -> str:
-    header, rows, wtl_row = _table_rows(summary)
-    esc = [[c.replace("|", "\\|") for c in r] for r in [header] + rows + ([wtl_row] if wtl_row else [])]
+def render_markdown(t: MainTable) -> str:
+    """Display strings, the paper's column beside each method that has one."""
+    pm = set(t.paper_methods)
+    header = ["dataset"]
+    for m in t.methods:
+        header.append(f"{m} (ref)" if m == t.reference else m)
+        if m in pm:
+            header.append(f"{m} (paper)")
+    rows = []
+    for r in t.rows:
+        row = [r.label]
+        for m in t.methods:
+            row.append(_cell_text(r.cells[m], r.reasons[m]))
+            if m in pm:
+                row.append(r.paper[m].text if r.paper[m] is not None else "")
+        rows.append(row)
+    if t.wtl is not None:
+        row = [f"W/T/L vs {t.reference}"]
+        for m in t.methods:
+            row.append(t.wtl_text(m))
+            if m in pm:
+                row.append(t.paper_wtl.get(m, ""))
+        rows.append(row)
+    esc = [[c.replace("|", "\\|") for c in r] for r in [header] + rows]
     lines = ["| " + " | ".join(esc[0]) + " |", "|" + "|".join(["---"] * len(header)) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in esc[1:]]
     return "\n".join(lines)
 
 
-def csv_table(summary: Summary) -> str:
-    """The main table as CSV with numeric columns (full precision)."""
-    pm = set(summary.paper_methods())
+def render_csv(t: MainTable) -> str:
+    """Numeric columns at full precision; W/T/L in the 'mark' columns."""
+    pm = set(t.paper_methods)
     header = ["dataset"]
-    for m in summary.methods:
+    for m in t.methods:
         header += [f"{m} mean", f"{m} std", f"{m} se", f"{m} n", f"{m} mark"]
         if m in pm:
             header += [f"{m} paper", f"{m} paper pm"]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(header)
-    for d in summary.datasets:
-        row = [d]
-        for m in summary.methods:
-            c = summary.cell(d, m)
-            if c is None or c.n == 0:
-                row += ["", "", "", "0", ""]
-            else:
-                row += [repr(c.mean), repr(c.std), repr(c.se), str(c.n), c.mark]
+    for r in t.rows:
+        row = [r.dataset]
+        for m in t.methods:
+            c = r.cells[m]
+            row += [repr(c.mean), repr(c.std), repr(c.se), str(c.n), c.mark] if r.has(m) else ["", "", "", "0", ""]
             if m in pm:
-                entry = summary.paper.get(d, {}).get(m)
-                if entry is None:
-                    row += ["", ""]
-                else:
-                    v, p = entry if isinstance(entry, (tuple, list)) else (entry, None)
-                    row += [repr(float(v)), "" if p is None else repr(float(p))]
+                p = r.paper[m]
+                row += ["", ""] if p is None else [repr(p.value), "" if p.pm is None else repr(p.pm)]
         w.writerow(row)
-    if summary.reference is not None:
-        row = [f"W/T/L vs {summary.reference}"]
-        for m in summary.methods:
-            wtl = "(ref)" if m == summary.reference else "/".join(map(str, summary.wtl.get(m, (0, 0, 0))))
-            row += ["", "", "", "", wtl]
+    if t.wtl is not None:
+        row = [f"W/T/L vs {t.reference}"]
+        for m in t.methods:
+            row += ["", "", "", "", t.wtl_text(m)]
             if m in pm:
-                row += [summary.paper_wtl.get(m, ""), ""]
+                row += [t.paper_wtl.get(m, ""), ""]
         w.writerow(row)
     return buf.getvalue()
 
@@ -505,6 +559,98 @@ def _best(values: list, higher: bool, digits: int) -> set:
         return set()
     top = max(ok) if higher else min(ok)
     return {i for i, v in enumerate(shown) if v == top}
+
+
+def _latex_head(t: MainTable, caption: str, spread: str, label: str | None) -> list:
+    """From ``\\begin{table}`` to the ``\\midrule`` under the column names."""
+    ours, pm = t.methods, t.paper_methods
+    lines = [r"\begin{table}[t]", r"\centering", r"\small"]
+    what = "accuracy" if t.metric == "accuracy" else "error"
+    note = f"Test {what}, mean over the splits"
+    if spread != "none":
+        note += " $\\pm$ " + ("standard deviation" if spread == "std" else "standard error")
+    note += "; the best per dataset in bold"
+    if t.reference is not None:
+        note += (f"; $\\bullet$/$\\circ$: significantly better/worse than {_tex(t.reference)} "
+                 f"({_tex(TEST_NAMES.get(t.test, t.test))}, 95\\%)")
+    if pm:
+        note += "; the paper's numbers on the right"
+    cap = (_tex(caption) + ". " if caption else "") + note + "."
+    lines.append(r"\caption{" + cap + "}")
+    if label:
+        lines.append(r"\label{" + _tex(label) + "}")
+    lines.append(r"\begin{tabular}{l" + "c" * len(ours) + ("c" * len(pm)) + "}")
+    lines.append(r"\toprule")
+    if pm:
+        a, b = 2, 1 + len(ours)
+        lines.append(r" & \multicolumn{" + str(len(ours)) + r"}{c}{Ours} & \multicolumn{" + str(len(pm))
+                     + r"}{c}{Paper} \\")
+        lines.append(rf"\cmidrule(lr){{{a}-{b}}} \cmidrule(lr){{{b + 1}-{b + len(pm)}}}")
+    lines.append(" & ".join(["Dataset"] + [_tex(m) for m in ours] + [_tex(m) for m in pm]) + r" \\")
+    lines.append(r"\midrule")
+    return lines
+
+
+def _latex_row(t: MainTable, r: TableRow, spread: str, digits: int) -> str:
+    """One dataset: ours (best in bold, spread in small type, significance marks), then the paper's."""
+    higher = t.metric == "accuracy"
+    fmt = f"{{:.{digits}f}}"
+    best = _best([r.cells[m].mean if r.has(m) else None for m in t.methods], higher, digits)
+    row = [_tex(r.label)]
+    for i, m in enumerate(t.methods):
+        c = r.cells[m]
+        if not r.has(m):
+            row.append("--")
+            continue
+        text = fmt.format(c.mean)
+        text = r"\textbf{" + text + "}" if i in best else text
+        if spread != "none":
+            text += r"{\scriptsize $\pm$" + fmt.format(c.std if spread == "std" else c.se) + "}"
+        row.append(text + {1: r"$^\bullet$", -1: r"$^\circ$"}.get(c.outcome, ""))
+    pvals = [None if r.paper[m] is None else r.paper[m].value for m in t.paper_methods]
+    pbest = _best(pvals, higher, digits)
+    for i, m in enumerate(t.paper_methods):
+        p = r.paper[m]
+        if p is None:
+            row.append("")
+            continue
+        text = r"\textbf{" + p.value_text + "}" if i in pbest else p.value_text
+        if p.pm is not None and spread != "none":
+            text += r"{\scriptsize $\pm$" + p.pm_text + "}"
+        row.append(text)
+    return " & ".join(row) + r" \\"
+
+
+def render_latex(t: MainTable, caption: str = "", *, spread: str = "std", digits: int = 4,
+                 avg_ranks: dict | None = None, n_ranked: int = 0, label: str | None = None) -> str:
+    """The booktabs table of :func:`latex_table`; ``avg_ranks`` (method -> rank over ``n_ranked``
+    datasets) adds the average-rank row."""
+    lines = _latex_head(t, caption, spread, label)
+    lines += [_latex_row(t, r, spread, digits) for r in t.rows]
+    foot = []
+    if t.wtl is not None:
+        row = [_tex(f"W/T/L vs {t.reference}")] + [t.wtl_text(m, "--") for m in t.methods]
+        row += [_tex(t.paper_wtl.get(m, "")) for m in t.paper_methods]
+        foot.append(" & ".join(row) + r" \\")
+    if avg_ranks:
+        row = [f"Avg. rank ({n_ranked} datasets)"]
+        row += [f"{avg_ranks[m]:.2f}" if m in avg_ranks else "--" for m in t.methods]
+        row += [""] * len(t.paper_methods)
+        foot.append(" & ".join(row) + r" \\")
+    if foot:
+        lines.append(r"\midrule")
+        lines += foot
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def markdown_table(summary: Summary) -> str:
+    return render_markdown(main_table(summary))
+
+
+def csv_table(summary: Summary) -> str:
+    """The main table as CSV with numeric columns (full precision)."""
+    return render_csv(main_table(summary))
 
 
 def latex_table(summary: Summary, caption: str = "", *, spread: str = "std", paper: str = "auto",
@@ -540,83 +686,10 @@ def latex_table(summary: Summary, caption: str = "", *, spread: str = "std", pap
         raise ValueError(f"spread must be 'std', 'se' or 'none'; got {spread!r}.")
     if paper not in ("auto", "beside", "none"):
         raise ValueError(f"paper must be 'auto', 'beside' or 'none'; got {paper!r}.")
-    higher = summary.metric == "accuracy"
-    ours = list(summary.methods)
-    pm = summary.paper_methods() if paper != "none" else []
-    fmt = f"{{:.{digits}f}}"
-    lines = [r"\begin{table}[t]", r"\centering", r"\small"]
-    what = "accuracy" if higher else "error"
-    note = f"Test {what}, mean over the splits"
-    if spread != "none":
-        note += " $\\pm$ " + ("standard deviation" if spread == "std" else "standard error")
-    note += "; the best per dataset in bold"
-    if summary.reference is not None:
-        note += (f"; $\\bullet$/$\\circ$: significantly better/worse than {_tex(summary.reference)} "
-                 f"({_tex(TEST_NAMES.get(summary.test, summary.test))}, 95\\%)")
-    if pm:
-        note += "; the paper's numbers on the right"
-    cap = (_tex(caption) + ". " if caption else "") + note + "."
-    lines.append(r"\caption{" + cap + "}")
-    if label:
-        lines.append(r"\label{" + _tex(label) + "}")
-    lines.append(r"\begin{tabular}{l" + "c" * len(ours) + ("c" * len(pm)) + "}")
-    lines.append(r"\toprule")
-    if pm:
-        a, b = 2, 1 + len(ours)
-        lines.append(r" & \multicolumn{" + str(len(ours)) + r"}{c}{Ours} & \multicolumn{" + str(len(pm))
-                     + r"}{c}{Paper} \\")
-        lines.append(rf"\cmidrule(lr){{{a}-{b}}} \cmidrule(lr){{{b + 1}-{b + len(pm)}}}")
-    lines.append(" & ".join(["Dataset"] + [_tex(m) for m in ours] + [_tex(m) for m in pm]) + r" \\")
-    lines.append(r"\midrule")
-    for d in summary.datasets:
-        cells = [summary.cell(d, m) for m in ours]
-        means = [c.mean if c is not None and c.n else None for c in cells]
-        best = _best(means, higher, digits)
-        row = [_tex(summary.labels.get(d, d))]
-        for i, c in enumerate(cells):
-            if c is None or not c.n:
-                row.append("--")
-                continue
-            text = fmt.format(c.mean)
-            text = r"\textbf{" + text + "}" if i in best else text
-            if spread != "none":
-                sv = c.std if spread == "std" else c.se
-                text += r"{\scriptsize $\pm$" + fmt.format(sv) + "}"
-            mark = {1: r"$^\bullet$", -1: r"$^\circ$"}.get(c.outcome, "")
-            row.append(text + mark)
-        pvals = []
-        for m in pm:
-            entry = summary.paper.get(d, {}).get(m)
-            pvals.append(None if entry is None else float(entry[0] if isinstance(entry, (tuple, list)) else entry))
-        pbest = _best(pvals, higher, digits)
-        for i, m in enumerate(pm):
-            t = _paper_text(summary, d, m)
-            if not t:
-                row.append("")
-                continue
-            v, _, pmv = t.partition(" ± ")
-            text = r"\textbf{" + v + "}" if i in pbest else v
-            if pmv and spread != "none":
-                text += r"{\scriptsize $\pm$" + pmv + "}"
-            row.append(text)
-        lines.append(" & ".join(row) + r" \\")
-    foot = []
-    if summary.reference is not None:
-        row = [_tex(f"W/T/L vs {summary.reference}")]
-        row += ["--" if m == summary.reference else "/".join(map(str, summary.wtl.get(m, (0, 0, 0)))) for m in ours]
-        row += [_tex(summary.paper_wtl.get(m, "")) for m in pm]
-        foot.append(" & ".join(row) + r" \\")
-    if ranks:
-        ms = multi_dataset_stats(summary)
-        if ms.avg_ranks:
-            row = [f"Avg. rank ({len(ms.datasets)} datasets)"]
-            row += [f"{ms.avg_ranks[m]:.2f}" if m in ms.avg_ranks else "--" for m in ours] + [""] * len(pm)
-            foot.append(" & ".join(row) + r" \\")
-    if foot:
-        lines.append(r"\midrule")
-        lines += foot
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
-    return "\n".join(lines) + "\n"
+    ms = multi_dataset_stats(summary) if ranks else None
+    return render_latex(main_table(summary, paper=paper != "none"), caption, spread=spread, digits=digits,
+                        avg_ranks=ms.avg_ranks if ms is not None else None,
+                        n_ranked=len(ms.datasets) if ms is not None else 0, label=label)
 
 
 def _simple_md(header, rows) -> str:
@@ -670,11 +743,12 @@ def summary_csv(summary: Summary) -> str:
     for d in summary.datasets:
         for m in summary.methods:
             c = summary.cell(d, m)
-            entry = summary.paper.get(d, {}).get(m)
-            pv, pp = (entry if isinstance(entry, (tuple, list)) else (entry, None)) if entry is not None else (None, None)
+            p = PaperValue.of(summary, d, m)
+            pv, pp = (None, None) if p is None else (p.value, p.pm)
             w.writerow([d, m, summary.metric, c.n, repr(c.mean), repr(c.std), repr(c.se), summary.reference or "",
-                        summary.test if summary.reference else "", c.outcome, c.mark, repr(c.pvalue), repr(c.mean_diff), "" if pv is None else repr(float(pv)),
-                        "" if pp is None else repr(float(pp)), repr(c.fit_time), repr(c.predict_time),
+                        summary.test if summary.reference else "", c.outcome, c.mark, repr(c.pvalue),
+                        repr(c.mean_diff), "" if pv is None else repr(pv),
+                        "" if pp is None else repr(pp), repr(c.fit_time), repr(c.predict_time),
                         repr(c.cv_time), c.params, *(repr(c.margin.get(k, float("nan"))) for k in
                                                      ("mean", "std", "semivariance", "bound_term")), c.n_failed])
     return buf.getvalue()
@@ -685,14 +759,11 @@ def results_csv(records) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["dataset", "method", "split", "status", "accuracy", "fit_time", "predict_time", "cv_time",
                 "params", "n_train", "n_test", "error"])
-    for r in sorted(records, key=lambda r: (r["dataset"], r["method"], r["split"])):
-        info = r["info"] or {}
-        w.writerow([r["dataset"], r["method"], r["split"], r["status"],
-                    "" if r["score"] is None else repr(r["score"]),
-                    "" if r["fit_time"] is None else repr(r["fit_time"]),
-                    "" if r["predict_time"] is None else repr(r["predict_time"]),
-                    "" if r["cv_time"] is None else repr(r["cv_time"]),
-                    json.dumps(r["params"] or {}, sort_keys=True), info.get("n_train", ""), info.get("n_test", ""),
+    for r in sorted(map(TaskRecord.from_dict, records), key=lambda r: (r.dataset, r.method, r.split)):
+        info = r.info
+        w.writerow([r.dataset, r.method, r.split, r.status, *("" if v is None else repr(v) for v in
+                                                             (r.score, r.fit_time, r.predict_time, r.cv_time)),
+                    json.dumps(r.params, sort_keys=True), info.get("n_train", ""), info.get("n_test", ""),
                     info.get("error", "")])
     return buf.getvalue()
 

@@ -121,9 +121,10 @@ class ResultStore:
         self._con.executescript(_SCHEMA)
 
     # ---------------------------------------------------------------- writing
-    def put(self, record: dict) -> None:
-        """Insert or replace one result and commit it durably."""
-        row = dict(record)
+    def put(self, record) -> None:
+        """Insert or replace one result (a :class:`~margindist.experiments.records.TaskRecord` or a
+        record dict) and commit it durably."""
+        row = record.to_dict() if hasattr(record, "to_dict") else dict(record)
         row.setdefault("created", time.time())
         for f in _JSON_FIELDS:
             if f in row and not isinstance(row[f], str):
