@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from sklearn.datasets import make_classification
+from sklearn.datasets import load_iris, make_classification
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import MinMaxScaler, StandardScaler
 
@@ -94,8 +94,8 @@ def sparse_three_class():
 
 @functools.lru_cache(maxsize=None)
 def _iris_std():
-    X, y = load_dataset("iris")
-    return StandardScaler().fit_transform(X), np.asarray(y)
+    X, y = load_iris(return_X_y=True)
+    return StandardScaler().fit_transform(X), y
 
 
 def iris_std():
@@ -174,13 +174,16 @@ class Spec:
 @dataclass(frozen=True)
 class Case:
     """An estimator configuration and its properties (a Spec, or the reason it lacks one).
-    ``seeded``: results depend on ``random_state`` (another seed gives another model)."""
+    ``seeded``: results depend on ``random_state`` (another seed gives another model);
+    ``det``: the data and parameters of the random_state and pickle checks (else those of the
+    CSR check)."""
     est: object
     kw: dict
     csr: object
     weights: object
     f32: object
     seeded: bool = False
+    det: object = None
 
     def make(self, **extra):
         return self.est(**{**self.kw, **extra})
@@ -292,6 +295,10 @@ CASES = {
                             min_agreement=0.98)),
     # --- MarginPursuit
     **{f"MarginPursuit-{s}-b{b}": _mp(s, b) for s in ("sgd", "gd") for b in (1, 4)},
+    "MarginPursuit-sgd": Case(md.MarginPursuit, dict(tol=None, max_iter=5, random_state=0),
+                              Spec(MP_SPARSE, _coef(1e-10, 1e-12)), _mp("sgd", 1).weights,
+                              Spec(MP_SPARSE, (Cmp("coef_", 1e-3, 1e-4),), dtype_attrs=("coef_",)), seeded=True,
+                              det=Spec(gaussian(150, 5, 12, "w"), kw=dict(max_iter=3))),
     # --- KMOMD
     **{f"KMOMD-{s}": Case(md.KMOMD, dict(kernel="linear", solver=s),
                           Spec(classification(0.8), (Cmp("coef_", 1e-10, 1e-13), Cmp(DEC, 1e-10, 1e-12)),
@@ -417,7 +424,7 @@ def _assert_same_model(a, b, X):
 
 
 def _det_data(case):
-    spec = case.csr if isinstance(case.csr, Spec) else case.weights
+    spec = next(s for s in (case.det, case.csr, case.weights) if isinstance(s, Spec))
     X, y = spec.data()
     return X, y, spec.kw
 

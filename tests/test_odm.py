@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 import scipy.optimize as so
-import scipy.sparse as sp
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import MinMaxScaler
@@ -169,19 +168,6 @@ def test_linear_path_equals_kernel_path():
     np.testing.assert_allclose(call.decision_function(X), lin100.decision_function(X), atol=1e-7)
 
 
-@pytest.mark.parametrize("solver", ["dcd", "newton", "svrg"])
-def test_dense_equals_csr_and_float32(solver):
-    X, y = _scaled("sonar")
-    X[X < 0.3] = 0.0
-    kw = dict(lam=5.0, solver=solver, tol=1e-9, random_state=0, max_iter=5000)
-    dense = ODM(**kw).fit(X, y)
-    csr = ODM(**kw).fit(sp.csr_matrix(X), y)
-    np.testing.assert_allclose(csr.coef_, dense.coef_, atol=1e-7)
-    f32 = ODM(**kw).fit(X.astype(np.float32), y)
-    assert f32.coef_.dtype == np.float32
-    np.testing.assert_allclose(f32.coef_, dense.coef_, atol=1e-4)
-
-
 def test_estimator_solvers_agree_and_match_primal():
     X, y = _scaled("wdbc")
     kw = dict(lam=20.0, mu=0.5, theta=0.3, tol=1e-10, max_iter=10000, random_state=0)
@@ -211,19 +197,6 @@ def test_warm_start_refit_takes_one_epoch():
     cold = ODM(lam=30.0, solver="dcd", tol=1e-9).fit(X, y)
     est.set_params(lam=30.0, tol=1e-9).fit(X, y)
     np.testing.assert_allclose(est.coef_, cold.coef_, atol=1e-6)
-
-
-def test_sample_weight_is_duplication(rng):
-    X, y = _scaled("heart")
-    sw = rng.integers(0, 3, size=len(y)).astype(float)
-    rep = np.repeat(np.arange(len(y)), sw.astype(int))
-    kw = dict(lam=5.0, tol=1e-10, random_state=0)
-    a = ODM(**kw).fit(X, y, sample_weight=sw)
-    b = ODM(**kw).fit(X[rep], y[rep])
-    np.testing.assert_allclose(a.coef_, b.coef_, atol=1e-8)
-    ka = ODM(kernel="rbf", gamma=0.5, **kw).fit(X, y, sample_weight=sw)
-    kb = ODM(kernel="rbf", gamma=0.5, **kw).fit(X[rep], y[rep])
-    np.testing.assert_allclose(ka.decision_function(X), kb.decision_function(X), atol=1e-7)
 
 
 def test_class_weight_equals_sample_weight():
