@@ -334,6 +334,7 @@ def test_numpy_adam_without_torch(iris, monkeypatch):
         M3SVM(solver="adam", device="cuda").fit(X, y)
 
 
+@pytest.mark.slow  # a fresh interpreter (subprocess)
 def test_core_works_without_torch():
     code = (
         "import sys, importlib.abc\n"

@@ -219,6 +219,13 @@ def test_multiclass(multi_class):
     assert est.score(X, y) > 0.85
     rbf = ODM(lam=50.0, kernel="rbf", multi_class=multi_class, random_state=0).fit(X, y)
     assert rbf.score(X, y) > 0.9
+
+
+@pytest.mark.slow  # n_jobs=2 starts worker processes (over 10 s on two busy cores)
+@pytest.mark.parametrize("multi_class", ["ovr", "ovo"])
+def test_multiclass_n_jobs_gives_the_same_model(multi_class):
+    X, y = _scaled("iris")
+    rbf = ODM(lam=50.0, kernel="rbf", multi_class=multi_class, random_state=0).fit(X, y)
     par = ODM(lam=50.0, kernel="rbf", multi_class=multi_class, random_state=0, n_jobs=2).fit(X, y)
     np.testing.assert_allclose(par.decision_function(X), rbf.decision_function(X), atol=1e-12)
 
