@@ -242,6 +242,29 @@ def _mp(solver, batch_size):
     return Case(md.MarginPursuit, kw, csr, weights, f32, seeded=solver == "sgd")
 
 
+def _multiclass(est, kw, cmp, f32):
+    """A multi-class configuration on iris: dense == CSR and weights with the comparisons of its
+    binary sibling, float32 with ``f32``."""
+    return Case(est, kw, Spec(iris_std, cmp), Spec(iris_std, cmp, weights=integers(9, 1, 3)),
+                Spec(iris_std, f32, dtype_attrs=("coef_",) if f32[0].what == "coef_" else ()))
+
+
+_F32_DEC = (Cmp(DEC, 1e-3, 1e-3, scaled=True),)
+MULTICLASS = {
+    "LDM-dcd-ovr": (md.LDM, dict(solver="dcd", C=10.0, tol=1e-8, max_iter=100000, random_state=0), (Cmp(DEC, 0, 1e-6),),
+                    (Cmp("coef_", 0, 1e-3),)),
+    "LDM-rbf-ovr": (md.LDM, dict(kernel="rbf", gamma=1.0, C=10.0, tol=1e-8, max_iter=100000, random_state=0),
+                    (Cmp(DEC, 0, 1e-6),), _F32_DEC),
+    "ODM-rbf-ovr": (md.ODM, dict(kernel="rbf", lam=50.0, tol=1e-9, random_state=0), (Cmp(DEC, 0, 1e-7),), _F32_DEC),
+    "KMOMD-rbf-ovo": (md.KMOMD, dict(lam=0.1, multi_class="ovo", tol=1e-12), (Cmp(DEC, 1e-9, 1e-12),), _F32_DEC),
+    "LSSVM-rbf-ovr": (md.LSSVM, dict(kernel="rbf", gamma=0.5), (Cmp(DEC, 1e-8, 1e-10),), _F32_DEC),
+    "MAMC-ovo": (md.MAMC, dict(multi_class="ovo"), (Cmp(DEC, 1e-8, 1e-10),), _F32_DEC),
+    "FMM-ovr": (md.FMM, dict(max_iter=200), (Cmp("coef_", 1e-10, 1e-13),), (Cmp("coef_", 1e-3, 1e-5),)),
+    "MarginPursuit-gd-ovr": (md.MarginPursuit, dict(solver="gd", lam=0.01, tol=None, max_iter=150),
+                             (Cmp("coef_", 1e-10, 1e-12),), (Cmp("coef_", 1e-3, 1e-4),)),
+    "MSVMAv-ovr": (md.MSVMAv, MSV_SW, (Cmp(DEC, _NP_ALLCLOSE, 1e-8, scaled=True),), (Cmp("coef_", _NP_ALLCLOSE, 1e-6),)),
+}
+
 CASES = {
     # --- MSVMAv (the per-estimator copies live in test_msvmav.py)
     "MSVMAv-auto": _msvmav(dict(update="auto")),
@@ -341,6 +364,9 @@ CASES = {
              weights_matter=True),
         Spec(separable(3, 0.5), (Cmp("coef_", 1e-3, 1e-5),), dtype_attrs=("coef_",)))
        for fi in (True, False)},
+    # --- multi-class wrapping (one-vs-rest / one-vs-one) where an estimator shares work between
+    # the binary problems (LDM's factorisation, kernel rows) or merges their models
+    **{name: _multiclass(est, kw, cmp, f32) for name, (est, kw, cmp, f32) in MULTICLASS.items()},
 }
 NAMES = sorted(CASES)
 
