@@ -251,8 +251,8 @@ def _multiclass(est, kw, cmp, f32):
 
 _F32_DEC = (Cmp(DEC, 1e-3, 1e-3, scaled=True),)
 MULTICLASS = {
-    "LDM-dcd-ovr": (md.LDM, dict(solver="dcd", C=10.0, tol=1e-8, max_iter=100000, random_state=0), (Cmp(DEC, 0, 1e-6),),
-                    (Cmp("coef_", 0, 1e-3),)),
+    "LDM-dcd-ovr": (md.LDM, dict(solver="dcd", C=10.0, tol=1e-8, max_iter=100000, random_state=0),
+                    (Cmp(DEC, 0, 1e-6),), (Cmp("coef_", 0, 1e-3),)),
     "LDM-rbf-ovr": (md.LDM, dict(kernel="rbf", gamma=1.0, C=10.0, tol=1e-8, max_iter=100000, random_state=0),
                     (Cmp(DEC, 0, 1e-6),), _F32_DEC),
     "ODM-rbf-ovr": (md.ODM, dict(kernel="rbf", lam=50.0, tol=1e-9, random_state=0), (Cmp(DEC, 0, 1e-7),), _F32_DEC),
@@ -262,7 +262,8 @@ MULTICLASS = {
     "FMM-ovr": (md.FMM, dict(max_iter=200), (Cmp("coef_", 1e-10, 1e-13),), (Cmp("coef_", 1e-3, 1e-5),)),
     "MarginPursuit-gd-ovr": (md.MarginPursuit, dict(solver="gd", lam=0.01, tol=None, max_iter=150),
                              (Cmp("coef_", 1e-10, 1e-12),), (Cmp("coef_", 1e-3, 1e-4),)),
-    "MSVMAv-ovr": (md.MSVMAv, MSV_SW, (Cmp(DEC, _NP_ALLCLOSE, 1e-8, scaled=True),), (Cmp("coef_", _NP_ALLCLOSE, 1e-6),)),
+    "MSVMAv-ovr": (md.MSVMAv, MSV_SW, (Cmp(DEC, _NP_ALLCLOSE, 1e-8, scaled=True),),
+                   (Cmp("coef_", _NP_ALLCLOSE, 1e-6),)),
 }
 
 CASES = {
