@@ -23,6 +23,8 @@ from sklearn.preprocessing import MinMaxScaler, StandardScaler
 import margindist as md
 from margindist.datasets import load_dataset
 
+pytestmark = pytest.mark.usefixtures("single_blas_thread")
+
 # ---------------------------------------------------------------------------------------------
 # data: each function returns a fresh (X, y); the expensive part is cached
 
