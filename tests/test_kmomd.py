@@ -57,6 +57,10 @@ def _feasible(gamma, y):
 # ------------------------------------------------------------------ solver vs generic QP
 
 
+#: many small fits: one BLAS thread (see conftest.single_blas_thread)
+pytestmark = pytest.mark.usefixtures("single_blas_thread")
+
+
 @pytest.mark.parametrize("lam", [0.0, 0.02, 0.3, 0.9])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_smo_matches_generic_qp(lam, weighted):

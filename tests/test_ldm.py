@@ -42,6 +42,10 @@ def _gram_rbf(X, gamma=0.5):
     return np.exp(-gamma * ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
 
 
+#: many small fits: one BLAS thread (see conftest.single_blas_thread)
+pytestmark = pytest.mark.usefixtures("single_blas_thread")
+
+
 def test_stable_H_equals_reference_pinv_form(rng):
     """H = Y G A^{-1} Y equals the paper's / reference code's Y G pinv(Q) G Y, Q = G + c(m G G - G y y^T G)."""
     X, y = _data(rng)

@@ -11,6 +11,10 @@ from margindist.models.lssvm import LSSVM
 from margindist.models.mamc import MAMC
 
 
+#: many small fits: one BLAS thread (see conftest.single_blas_thread)
+pytestmark = pytest.mark.usefixtures("single_blas_thread")
+
+
 @pytest.fixture(scope="module")
 def heart():
     X, y = load_dataset("heart")

@@ -53,6 +53,10 @@ def _lbfgs(X, y, s, lam, mu, theta):
     return res.x, res.fun, f
 
 
+#: many small fits: one BLAS thread (see conftest.single_blas_thread)
+pytestmark = pytest.mark.usefixtures("single_blas_thread")
+
+
 def test_band_loss_derivatives_by_finite_differences(rng):
     z = rng.uniform(-1, 3, size=200)
     z = z[np.abs(np.abs(z - 1) - 0.3) > 1e-3]  # away from the kinks of the second derivative
