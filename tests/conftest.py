@@ -33,3 +33,14 @@ def data_dir():
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+@pytest.fixture(scope="module")
+def single_blas_thread():
+    """One BLAS / OpenMP thread for a module of many small fits: on a busy machine the threads of
+    a BLAS call on a few-hundred-row matrix wait for each other (seconds instead of
+    milliseconds). Use it as ``pytestmark = pytest.mark.usefixtures("single_blas_thread")``."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1):
+        yield

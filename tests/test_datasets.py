@@ -22,6 +22,7 @@ def _manifest(data_dir):
     return json.loads((Path(data_dir) / "manifest.json").read_text())
 
 
+@pytest.mark.slow  # reads every CSV of the shared collection
 def test_every_shared_csv_matches_its_manifest(data_dir):
     manifest = _manifest(data_dir)
     assert len(manifest) >= 25

@@ -119,6 +119,7 @@ def _sphinx_build(tmp_path, *extra):
     return out
 
 
+@pytest.mark.slow  # a Sphinx build in a subprocess that runs every gallery example
 def test_docs_build(tmp_path):
     """The whole site, gallery examples run, builds without a warning (about 20 s with warm numba
     caches, 45 s cold, on two cores)."""

@@ -21,12 +21,14 @@ def _run(script, *args):
     return proc.stdout
 
 
+@pytest.mark.slow  # runs the script in a subprocess
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs the torch extra")
 def test_ism3_digits_example():
     out = _run("ism3_digits.py", "--seeds", "1", "--epochs", "2")
     assert "ISM3" in out and "test" in out
 
 
+@pytest.mark.slow  # runs the script in a subprocess
 def test_margin_pursuit_example(tmp_path):
     fig, js = tmp_path / "curves.png", tmp_path / "curves.json"
     _run("margin_pursuit_vs_pegasos.py", "--trials", "1", "--passes", "2", "--tasks", "digits",
@@ -49,6 +51,7 @@ def test_every_gallery_script_is_tested():
     assert sorted(p.name for p in EXAMPLES.glob("plot_*.py")) == sorted(GALLERY)
 
 
+@pytest.mark.slow  # runs the script in a subprocess
 @pytest.mark.parametrize("script", sorted(GALLERY))
 def test_gallery_example(script, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")

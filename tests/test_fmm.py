@@ -10,7 +10,6 @@ import warnings
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 from scipy.optimize import nnls
 from sklearn.datasets import load_iris
 from sklearn.exceptions import ConvergenceWarning
@@ -90,30 +89,6 @@ def test_accelerated_gap_shrinks_like_t_squared_faster_than_ngd():
     assert slope_ngd > -1.2  # at best ~ t^-1
     assert gap_acc[T - 1] < gap_ngd[T - 1] / 50
     assert np.all(acc.margins <= gamma * (1 + 1e-9))
-
-
-@pytest.mark.parametrize("fit_intercept", [False, True])
-def test_dense_equals_csr_and_float32(fit_intercept):
-    X, y = _separable(seed=3)
-    X[np.abs(X) < 0.5] = 0.0
-    dense = FMM(max_iter=200, fit_intercept=fit_intercept).fit(X, y)
-    csr = FMM(max_iter=200, fit_intercept=fit_intercept).fit(sp.csr_matrix(X), y)
-    np.testing.assert_allclose(dense.coef_, csr.coef_, rtol=1e-10, atol=1e-13)
-    np.testing.assert_allclose(dense.intercept_, csr.intercept_, atol=1e-13)
-    np.testing.assert_allclose(dense.margin_history_, csr.margin_history_, rtol=1e-10)
-    f32 = FMM(max_iter=200, fit_intercept=fit_intercept).fit(X.astype(np.float32), y)
-    assert f32.coef_.dtype == np.float32
-    np.testing.assert_allclose(f32.coef_, dense.coef_, rtol=1e-3, atol=1e-5)
-
-
-def test_integer_weights_equal_repeated_rows():
-    X, y = _separable(seed=4)
-    k = np.random.default_rng(4).integers(1, 4, size=y.size)
-    a = FMM(max_iter=150).fit(X, y, sample_weight=k)
-    b = FMM(max_iter=150).fit(np.repeat(X, k, axis=0), np.repeat(y, k))
-    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-10, atol=1e-13)
-    c = FMM(max_iter=150).fit(X, y)
-    assert not np.allclose(a.coef_, c.coef_)  # weights change the finite-T path
 
 
 def test_non_separable_runs_T_iterations_without_guarantee():

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 from sklearn.linear_model import Ridge
 from sklearn.metrics.pairwise import pairwise_kernels
 from sklearn.preprocessing import MinMaxScaler
@@ -10,6 +9,10 @@ from sklearn.preprocessing import MinMaxScaler
 from margindist.datasets import load_dataset
 from margindist.models.lssvm import LSSVM
 from margindist.models.mamc import MAMC
+
+
+#: many small fits: one BLAS thread (see conftest.single_blas_thread)
+pytestmark = pytest.mark.usefixtures("single_blas_thread")
 
 
 @pytest.fixture(scope="module")
@@ -66,29 +69,6 @@ def test_lssvm_cg_equals_cholesky(heart):
     # kernel CG with the Gram matrix recomputed in blocks (budget below the m x m matrix)
     blocks = LSSVM(C=2.0, kernel="rbf", solver="cg", tol=1e-12, cache_size=0.01).fit(X, y)
     np.testing.assert_allclose(blocks.decision_function(X), direct.decision_function(X), rtol=1e-6, atol=1e-8)
-
-
-@pytest.mark.parametrize("Est, kw", [(LSSVM, {}), (LSSVM, {"solver": "cg", "tol": 1e-12}), (MAMC, {}),
-                                     (LSSVM, {"kernel": "rbf", "gamma": 0.5}), (MAMC, {"kernel": "rbf", "gamma": 0.5})])
-def test_dense_equals_csr(heart, Est, kw):
-    X, y = heart
-    Xs = X.copy()
-    Xs[Xs < 0.3] = 0.0
-    dense = Est(**kw).fit(Xs, y)
-    sparse = Est(**kw).fit(sp.csr_matrix(Xs), y)
-    np.testing.assert_allclose(sparse.decision_function(sp.csr_matrix(Xs)), dense.decision_function(Xs),
-                               rtol=1e-8, atol=1e-10)
-
-
-@pytest.mark.parametrize("Est, kw", [(LSSVM, {}), (LSSVM, {"kernel": "rbf"}), (MAMC, {}), (MAMC, {"bias": "zero"}),
-                                     (MAMC, {"kernel": "rbf"})])
-def test_weight_two_equals_duplicated_rows(heart, Est, kw):
-    X, y = heart
-    w = np.ones(len(y))
-    w[:30] = 2
-    a = Est(**kw).fit(X, y, sample_weight=w)
-    b = Est(**kw).fit(np.vstack([X, X[:30]]), np.r_[y, y[:30]])
-    np.testing.assert_allclose(a.decision_function(X), b.decision_function(X), rtol=1e-8, atol=1e-10)
 
 
 def test_mamc_linear_closed_form(heart):

@@ -241,18 +241,6 @@ def test_common_mode_is_zero_at_the_optimum_and_invariance(iris):
     assert np.isclose(m3svm_objective(theta2, X, y, np.ones(y.size), 3, **kw)[0], f0, rtol=1e-10)
 
 
-@pytest.mark.parametrize("loss", ["smooth_hinge", "softmax"])
-def test_dense_equals_csr(loss):
-    rng = np.random.default_rng(7)
-    X = rng.normal(size=(80, 10)) * (rng.random((80, 10)) < 0.3)
-    y = rng.integers(0, 3, 80)
-    a = M3SVM(loss=loss, lam=0.05, tol=1e-10).fit(X, y)
-    b = M3SVM(loss=loss, lam=0.05, tol=1e-10).fit(sp.csr_matrix(X), y)
-    np.testing.assert_allclose(a.coef_, b.coef_, atol=1e-6 * np.abs(a.coef_).max())
-    assert np.isclose(a.objective_, b.objective_, rtol=1e-10)
-    np.testing.assert_allclose(a.decision_function(X), b.decision_function(sp.csr_matrix(X)), atol=1e-6)
-
-
 def test_csr_is_not_densified(monkeypatch):
     rng = np.random.default_rng(8)
     X = sp.random(60, 500, density=0.02, format="csr", random_state=8)
@@ -264,18 +252,6 @@ def test_csr_is_not_densified(monkeypatch):
     monkeypatch.setattr(sp.csr_matrix, "toarray", forbid)
     monkeypatch.setattr(sp.csr_array, "toarray", forbid, raising=False)
     M3SVM(lam=0.1).fit(X, y).predict(X)
-
-
-@pytest.mark.parametrize("loss", ["smooth_hinge", "softmax"])
-def test_weight_two_equals_duplicated_row(iris, loss):
-    X, y = iris
-    rng = np.random.default_rng(9)
-    w = rng.integers(1, 3, y.size).astype(float)
-    a = M3SVM(loss=loss, lam=0.1, tol=1e-10).fit(X, y, sample_weight=w)
-    rows = np.repeat(np.arange(y.size), w.astype(int))
-    b = M3SVM(loss=loss, lam=0.1, tol=1e-10).fit(X[rows], y[rows])
-    np.testing.assert_allclose(a.coef_, b.coef_, atol=1e-5 * np.abs(b.coef_).max())
-    assert np.isclose(a.objective_, b.objective_, rtol=1e-9)
 
 
 def test_class_weight_is_a_sample_weight(iris):
@@ -295,15 +271,6 @@ def test_warm_start_continues_from_the_solution(iris):
     np.testing.assert_allclose(est.coef_, coef, atol=1e-6 * np.abs(coef).max())
     with pytest.raises(ValueError, match="warm_start"):
         est.fit(X[:, :3], y)
-
-
-def test_float32_kept(iris):
-    X, y = iris
-    a = M3SVM(lam=0.1).fit(X.astype(np.float32), y)
-    b = M3SVM(lam=0.1).fit(X, y)
-    assert a.coef_.dtype == np.float32
-    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-3, atol=1e-3 * np.abs(b.coef_).max())
-    assert np.mean(a.predict(X) == b.predict(X)) > 0.98
 
 
 def test_predict_proba_only_for_softmax(iris):
@@ -367,6 +334,7 @@ def test_numpy_adam_without_torch(iris, monkeypatch):
         M3SVM(solver="adam", device="cuda").fit(X, y)
 
 
+@pytest.mark.slow  # a fresh interpreter (subprocess)
 def test_core_works_without_torch():
     code = (
         "import sys, importlib.abc\n"

@@ -286,41 +286,6 @@ def test_sgd_iterates_stay_in_the_projection_ball():
         assert np.hypot(np.linalg.norm(est.coef_), est.intercept_[0]) <= r * (1 + 1e-10)
 
 
-def test_determinism_and_seed_dependence():
-    X, y = _data(150, 5, seed=12)
-    a = MarginPursuit(random_state=3, tol=None, max_iter=3).fit(X, y)
-    b = MarginPursuit(random_state=3, tol=None, max_iter=3).fit(X, y)
-    c = MarginPursuit(random_state=4, tol=None, max_iter=3).fit(X, y)
-    np.testing.assert_array_equal(a.coef_, b.coef_)
-    assert not np.allclose(a.coef_, c.coef_)
-
-
-@pytest.mark.parametrize("solver", ["sgd", "gd"])
-@pytest.mark.parametrize("batch_size", [1, 4])
-def test_dense_equals_csr_and_float32(solver, batch_size):
-    X, y = _data(120, 8, seed=13)
-    X[np.abs(X) < 0.8] = 0.0
-    kw = dict(solver=solver, batch_size=batch_size, max_iter=5 if solver == "sgd" else 200, tol=None,
-              lam=0.01, random_state=0, average=solver == "sgd")
-    dense = MarginPursuit(**kw).fit(X, y)
-    csr = MarginPursuit(**kw).fit(sp.csr_matrix(X), y)
-    np.testing.assert_allclose(dense.coef_, csr.coef_, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(dense.intercept_, csr.intercept_, rtol=1e-10, atol=1e-12)
-    f32 = MarginPursuit(**kw).fit(X.astype(np.float32), y)
-    assert f32.coef_.dtype == np.float32
-    np.testing.assert_allclose(f32.coef_, dense.coef_, rtol=1e-3, atol=1e-4)
-
-
-def test_gd_integer_weights_equal_repeated_rows():
-    X, y = _data(60, 4, seed=14)
-    k = np.random.default_rng(14).integers(0, 4, size=60)
-    kw = dict(solver="gd", lam=0.01, tol=None, max_iter=150)  # auto scale and rescaling included
-    weighted = MarginPursuit(**kw).fit(X, y, sample_weight=k)
-    repeated = MarginPursuit(**kw).fit(np.repeat(X, k, axis=0), np.repeat(y, k))
-    np.testing.assert_allclose(weighted.coef_, repeated.coef_, rtol=1e-10)
-    assert weighted.scale_ == pytest.approx(repeated.scale_, rel=1e-12)
-
-
 def test_sgd_weights_zero_equal_removal_and_class_weight_moves_the_boundary():
     X, y = _data(120, 4, seed=15)
     sw = np.ones(120)
