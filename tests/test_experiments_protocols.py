@@ -16,7 +16,7 @@ from margindist.experiments.protocols import (
     parse_dataset,
     preprocess,
 )
-from margindist.experiments.search import Scaled, cv_search, grid_points, pow2
+from margindist.search import Scaled, cv_search, grid_points, pow2
 
 
 @pytest.fixture

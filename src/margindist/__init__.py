@@ -16,6 +16,7 @@ from .metrics import (
     normalized_margins,
     semivariance,
 )
+from .models.cv import KMOMDCV, LDMCV, LSSVMCV, M3SVMCV, MSVMAvCV, ODMCV, MarginPursuitCV
 from .models.fmm import FMM
 from .models.kmomd import KMOMD
 from .models.ldm import LDM
@@ -30,14 +31,21 @@ from .plotting import MarginDistributionDisplay, plot_margin_cdf
 __all__ = [
     "FMM",
     "KMOMD",
+    "KMOMDCV",
     "LDM",
+    "LDMCV",
     "LSSVM",
+    "LSSVMCV",
     "M3SVM",
+    "M3SVMCV",
     "MAMC",
     "ODM",
+    "ODMCV",
     "MSVMAv",
+    "MSVMAvCV",
     "MarginDistributionDisplay",
     "MarginPursuit",
+    "MarginPursuitCV",
     "__version__",
     "estimator_margins",
     "estimator_weight_norm",

@@ -38,7 +38,7 @@ from .progress import Progress
 from .records import Experiment, MethodRun, Task, TaskRecord
 from .runner import run_experiment
 from .running import RunOutcome
-from .search import Scaled, cv_search, pow2
+from ..search import Scaled, cv_search, pow2
 from .stats import PairedTest, paired_ttest, summarize, win_tie_loss
 from .store import ResultStore
 from .tasks import execute_task

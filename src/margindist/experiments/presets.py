@@ -25,7 +25,7 @@ import numpy as np
 from .protocols import DatasetSpec, Protocol
 from .registry import did_you_mean
 from .runner import Experiment, MethodRun
-from .search import Scaled, pow2
+from ..search import Scaled, pow2
 
 __all__ = ["PRESETS", "UnknownPresetError", "get_preset", "list_presets", "paper_grid", "paper_grid_source",
            "preset_method_run"]
@@ -451,7 +451,7 @@ def paper_grid_source(method: str, kernel: str = "linear") -> str | None:
 def paper_grid(method: str, kernel: str = "linear", quick: bool = False) -> dict:
     """The hyperparameter grid of ``method`` as the papers' presets search it (one source of truth).
 
-    Parameter -> tuple of values or :class:`~margindist.experiments.search.Scaled`, taken from
+    Parameter -> tuple of values or :class:`~margindist.search.Scaled`, taken from
     the preset :func:`paper_grid_source` names (``quick=True``: its quick version). ``{}`` when
     no preset runs the method, or where it has no hyperparameter to search (MAMC, margin
     pursuit and Pegasos at the paper's fixed lam).

@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import __version__
 from .protocols import DatasetSpec, Protocol, stable_hash
-from .search import Scaled, grid_to_dict
+from ..search import Scaled, grid_to_dict
 from .stats import TESTS
 
 __all__ = ["Experiment", "MethodRun", "Task", "TaskRecord", "config_hash", "fmt_value", "make_task"]
@@ -49,7 +49,7 @@ class MethodRun:
     kernel : str
         "linear" or "rbf" (...), passed to the estimator.
     grid : dict
-        Parameter -> list of values or :class:`~margindist.experiments.search.Scaled`,
+        Parameter -> list of values or :class:`~margindist.search.Scaled`,
         searched by CV on the training part (in order; last parameter fastest).
     fixed : dict
         Parameters set for every fit.

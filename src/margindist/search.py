@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Scaled", "pow2", "grid_points", "resolve_grid", "cv_search", "grid_to_dict", "SearchResult"]
+__all__ = ["Scaled", "pow2", "grid_points", "resolve_grid", "cv_search", "grid_to_dict", "SearchResult", "fold_data",
+           "mean_scores"]
 
 RULES = ("per_feature", "rbf_width", "per_class")
 
@@ -130,15 +131,31 @@ def _plain(v):
 
 @dataclass
 class SearchResult:
-    """Outcome of :func:`cv_search`."""
+    """Outcome of :func:`cv_search`.
+
+    ``scores``, ``fit_times`` and ``score_times`` have shape (n_points, n_folds) with the points
+    in the grid's order (:func:`grid_points`); a score is NaN where the fit failed.
+    """
 
     best_index: tuple
     best_params: dict
     best_score: float
-    scores: np.ndarray  # (n_points, n_folds), NaN where a fit failed
+    scores: np.ndarray
     n_failed: int = 0
     n_warnings: int = 0
     time: float = 0.0
+    errors: list = field(default_factory=list)
+    fit_times: np.ndarray | None = None
+    score_times: np.ndarray | None = None
+
+
+@dataclass
+class _FoldOutcome:
+    scores: np.ndarray
+    fit_times: np.ndarray
+    score_times: np.ndarray
+    n_failed: int = 0
+    n_warnings: int = 0
     errors: list = field(default_factory=list)
 
 
@@ -153,8 +170,70 @@ def _accuracy(est, X, y) -> float:
     return float(np.mean(est.predict(X) == y))
 
 
-def cv_search(build, grid: dict, X, y, folds, *, warm_start=True, exact_warm_start=None) -> SearchResult:
-    """Choose the grid point with the best mean accuracy over ``folds``.
+def fold_data(X, y, sample_weight, train, test, pairwise: bool = False):
+    """(X_train, y_train, w_train, X_test, y_test) of one fold; a precomputed Gram matrix
+    (``pairwise``) is cut to K(train, train) and K(test, train)."""
+    if pairwise:
+        Xtr, Xte = X[np.ix_(train, train)], X[np.ix_(test, train)]
+    else:
+        Xtr, Xte = X[train], X[test]
+    w = None if sample_weight is None else sample_weight[train]
+    return Xtr, y[train], w, Xte, y[test]
+
+
+def _fit_point(est, data, scorer):
+    """Fit ``est`` on one fold's training part and score it on its test part."""
+    Xtr, ytr, wtr, Xte, yte = data
+    t0 = time.perf_counter()
+    if wtr is None:
+        est.fit(Xtr, ytr)
+    else:
+        est.fit(Xtr, ytr, sample_weight=wtr)
+    t1 = time.perf_counter()
+    score = float(scorer(est, Xte, yte))
+    return score, t1 - t0, time.perf_counter() - t1
+
+
+def _walk_fold(build, grid, data, warm_start, exact_warm_start, scorer) -> _FoldOutcome:
+    """Every grid point on one fold, in grid order, warm-starting along the last parameter."""
+    points, keys = grid_points(grid), list(grid)
+    out = _FoldOutcome(*(np.full(len(points), np.nan) for _ in range(3)))
+    est, prev = None, None
+    for p, idx in enumerate(points):
+        params = point_params(grid, idx)
+        reuse = (warm_start and est is not None and prev is not None and len(keys) > 0
+                 and prev[:-1] == idx[:-1] and _can_warm_start(est, keys[-1], exact_warm_start))
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                if reuse:
+                    est.set_params(**{keys[-1]: params[keys[-1]]})
+                else:
+                    est = build(params)
+                    if (warm_start and "warm_start" in est.get_params() and exact_warm_start is not None
+                            and exact_warm_start(est)):
+                        est.set_params(warm_start=True)
+                out.scores[p], out.fit_times[p], out.score_times[p] = _fit_point(est, data, scorer)
+            out.n_warnings += sum(1 for w in caught if not issubclass(w.category, DeprecationWarning))
+            prev = idx
+        except Exception as exc:  # a diverging solver at one grid point must not end the search
+            out.n_failed += 1
+            if len(out.errors) < 3:
+                out.errors.append(f"{params}: {type(exc).__name__}: {exc}")
+            est, prev = None, None
+    return out
+
+
+def mean_scores(scores: np.ndarray) -> np.ndarray:
+    """Mean over folds per grid point; -inf where any fold failed."""
+    with np.errstate(all="ignore"):
+        return np.where(np.isnan(scores).any(axis=1), -np.inf,
+                        np.nanmean(np.where(np.isnan(scores), 0, scores), axis=1))
+
+
+def cv_search(build, grid: dict, X, y, folds, *, warm_start=True, exact_warm_start=None, scoring=None,
+              sample_weight=None, pairwise=False, n_jobs=None) -> SearchResult:
+    """Choose the grid point with the best mean score over ``folds``.
 
     Parameters
     ----------
@@ -166,59 +245,48 @@ def cv_search(build, grid: dict, X, y, folds, *, warm_start=True, exact_warm_sta
         Walk the last parameter with warm starts where that is exact.
     exact_warm_start : callable(est) -> bool, optional
         Whether a warm-started refit of ``est`` converges to the cold fit's model (the
-        registry's ``MethodInfo.exact_warm_start``). Without it, no warm starts: for SGD-type
-        or fixed-budget solvers a warm-started grid point is a different model from the cold
+        estimator's ``_exact_warm_start``). Without it, no warm starts: for SGD-type or
+        fixed-budget solvers a warm-started grid point is a different model from the cold
         refit that is finally evaluated, which would bias the choice.
+    scoring : callable(est, X, y) -> float, optional
+        A scikit-learn scorer; accuracy by default.
+    sample_weight : array of shape (n_samples,), optional
+        Passed, cut to each fold's training rows, to every fit.
+    pairwise : bool
+        X is a precomputed Gram matrix (cut in rows and columns).
+    n_jobs : int, optional
+        Folds run in parallel (joblib); each walks the whole grid.
+
+    The best point is the first in grid order whose mean score is within 1e-12 of the best
+    (scores are fold means of exact ratios for accuracy), so the search is deterministic.
     """
+    from joblib import Parallel, delayed
+
     t0 = time.perf_counter()
-    points = grid_points(grid)
-    keys = list(grid)
-    scores = np.full((len(points), len(folds)), np.nan)
-    n_failed = n_warn = 0
-    errors = []
-    for f, (tr, va) in enumerate(folds):
-        Xtr, ytr, Xva, yva = X[tr], y[tr], X[va], y[va]
-        est, prev = None, None
-        for p, idx in enumerate(points):
-            params = point_params(grid, idx)
-            reuse = (
-                warm_start and est is not None and prev is not None and len(keys) > 0
-                and prev[:-1] == idx[:-1] and _can_warm_start(est, keys[-1], exact_warm_start)
-            )
-            try:
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
-                    if reuse:
-                        est.set_params(**{keys[-1]: params[keys[-1]]})
-                    else:
-                        est = build(params)
-                        if (warm_start and "warm_start" in est.get_params() and exact_warm_start is not None
-                                and exact_warm_start(est)):
-                            est.set_params(warm_start=True)
-                    est.fit(Xtr, ytr)
-                    scores[p, f] = _accuracy(est, Xva, yva)
-                n_warn += sum(1 for w in caught if not issubclass(w.category, DeprecationWarning))
-                prev = idx
-            except Exception as exc:  # a diverging solver at one grid point must not end the search
-                n_failed += 1
-                if len(errors) < 3:
-                    errors.append(f"{params}: {type(exc).__name__}: {exc}")
-                est, prev = None, None
-    with np.errstate(all="ignore"):
-        mean = np.where(np.isnan(scores).any(axis=1), -np.inf, np.nanmean(np.where(np.isnan(scores), 0, scores), axis=1))
+    scorer = _accuracy if scoring is None else scoring
+    sw = None if sample_weight is None else np.asarray(sample_weight)
+    datas = (fold_data(X, y, sw, tr, va, pairwise) for tr, va in folds)
+    if n_jobs in (None, 1) or len(folds) == 1:
+        outs = [_walk_fold(build, grid, d, warm_start, exact_warm_start, scorer) for d in datas]
+    else:
+        outs = Parallel(n_jobs=n_jobs)(delayed(_walk_fold)(build, grid, d, warm_start, exact_warm_start, scorer)
+                                       for d in datas)
+    scores = np.column_stack([o.scores for o in outs])
+    errors = [e for o in outs for e in o.errors][:3]
+    mean = mean_scores(scores)
     if not np.isfinite(mean).any():
-        raise RuntimeError(
-            "every grid point failed in cross-validation; first errors: " + "; ".join(errors)
-        )
-    # deterministic tie-break: first point in grid order (scores are fold means of exact ratios)
+        raise RuntimeError("every grid point failed in cross-validation; first errors: " + "; ".join(errors))
+    points = grid_points(grid)
     best = int(np.flatnonzero(mean >= mean.max() - 1e-12)[0])
     return SearchResult(
         best_index=tuple(int(i) for i in points[best]),
         best_params=point_params(grid, points[best]),
         best_score=float(mean[best]),
         scores=scores,
-        n_failed=n_failed,
-        n_warnings=n_warn,
+        n_failed=sum(o.n_failed for o in outs),
+        n_warnings=sum(o.n_warnings for o in outs),
         time=time.perf_counter() - t0,
         errors=errors,
+        fit_times=np.column_stack([o.fit_times for o in outs]),
+        score_times=np.column_stack([o.score_times for o in outs]),
     )
