@@ -33,20 +33,40 @@ def discover_estimators():
     return [found[k] for k in sorted(found)]
 
 
+# A ``*CV`` estimator searches its method's paper grid by default (hundreds of points times the
+# folds): the checks give it a two-point grid of its regularisation parameter and 2 folds.
+SMALL_SEARCH = {
+    "ODMCV": {"lam": [0.5, 2.0]},
+    "LDMCV": {"C": [0.5, 2.0]},
+    "MSVMAvCV": {"beta": [0.5, 2.0]},
+    "KMOMDCV": {"lam": [0.1, 0.5]},
+    "M3SVMCV": {"lam": [1e-3, 1e-2]},
+    "MarginPursuitCV": {"lam": [1e-4, 1e-3]},
+    "LSSVMCV": {"C": [0.5, 2.0]},
+}
+
+
+def _instance(cls, **params):
+    if cls.__name__ in SMALL_SEARCH:
+        params = {"param_grid": SMALL_SEARCH[cls.__name__], "cv": 2, **params}
+    return cls(**params)
+
+
 def estimator_instances():
     out = []
     for cls in discover_estimators():
-        est = cls()
+        est = _instance(cls)
         out.append(est)
         params = est.get_params()
         if "kernel" in params:
-            out.extend(cls(kernel=k) for k in ("linear", "rbf", "precomputed") if params["kernel"] != k)
+            out.extend(_instance(cls, kernel=k) for k in ("linear", "rbf", "precomputed") if params["kernel"] != k)
     return out
 
 
 def test_discovery_finds_estimators():
     names = {cls.__name__ for cls in discover_estimators()}
     assert {"MAMC", "LSSVM"} <= names
+    assert set(SMALL_SEARCH) <= names
 
 
 def _expected_failures(est):

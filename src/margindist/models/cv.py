@@ -33,7 +33,8 @@ from sklearn.model_selection import check_cv
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._validation import check_labels, close_matches
+from .._base import combined_sample_weight
+from .._validation import check_class_totals, check_labels, close_matches
 from ..search import Scaled, cv_search, grid_points, point_params, resolve_grid
 from .kmomd import KMOMD
 from .ldm import LDM
@@ -187,6 +188,8 @@ class _MarginCV(ClassifierMixin, BaseEstimator):
         X, y = validate_data(self, X, y, accept_sparse="csr" if sparse else False,
                              dtype=[np.float64, np.float32])
         check_labels(y)
+        base._check_pairwise_shape(X, fit=True)
+        _check_fit_input(self, X, y, sample_weight)
         grid = self._grid(X, y)
         folds = list(check_cv(self.cv, y, classifier=True).split(X, y))
         walk, index = self._walk_order(grid)
@@ -274,6 +277,16 @@ class _MarginCV(ClassifierMixin, BaseEstimator):
             Margins (negative for errors).
         """
         return self.best_estimator_.margins(X, y)
+
+
+def _check_fit_input(cv_est, X, y, sample_weight):
+    """The tuned estimator's own checks of the labels and weights, once, before any fold is fitted."""
+    classes, y_index = np.unique(y, return_inverse=True)
+    if classes.size < 2:
+        raise ValueError(f"{type(cv_est).__name__} needs samples of at least 2 classes in the data; "
+                         f"got only one class: {classes[0]!r}.")
+    sw = combined_sample_weight(sample_weight, getattr(cv_est, "class_weight", None), X, y, classes)
+    check_class_totals(sw, y_index, classes)
 
 
 def check_param_grid(grid, estimator) -> dict:

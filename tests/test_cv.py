@@ -1,0 +1,192 @@
+"""The ``*CV`` estimators: the same choice as ``GridSearchCV`` over the same grid and folds, its
+``cv_results_`` layout, warm paths equal to cold fits, the paper grid as default, and bad grids
+rejected before anything is fitted."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.base import clone
+from sklearn.datasets import make_classification
+from sklearn.metrics.pairwise import rbf_kernel
+from sklearn.model_selection import GridSearchCV, StratifiedKFold
+from sklearn.preprocessing import MinMaxScaler
+from sklearn.utils._param_validation import InvalidParameterError
+
+import margindist
+from margindist import KMOMDCV, LDMCV, LSSVMCV, M3SVMCV, ODMCV, MarginPursuitCV, MSVMAvCV
+from margindist.search import Scaled
+
+# estimator, small grid, extra parameters (deterministic solvers so warm and cold agree)
+CASES = {
+    "ODMCV": (ODMCV, {"lam": [0.25, 4.0, 64.0], "mu": [0.2, 0.6]}, {}),
+    "ODMCV-rbf": (ODMCV, {"lam": [1.0, 16.0], "gamma": [0.5, 2.0]}, {"kernel": "rbf"}),
+    "LDMCV": (LDMCV, {"C": [0.25, 1.0, 8.0], "lambda1": [1e-4, 1e-2]}, {"kernel": "rbf", "gamma": 1.0}),
+    "MSVMAvCV": (MSVMAvCV, {"alpha": [1.0, 8.0], "beta": [0.5, 4.0]}, {}),
+    "KMOMDCV": (KMOMDCV, {"lam": [0.05, 0.3, 0.9]}, {"kernel": "rbf", "gamma": 1.0}),
+    "M3SVMCV": (M3SVMCV, {"lam": [1e-3, 1e-2, 1e-1], "p": [2, 4]}, {}),
+    "MarginPursuitCV": (MarginPursuitCV, {"lam": [1e-4, 1e-2]}, {"random_state": 0}),
+    "LSSVMCV": (LSSVMCV, {"C": [0.25, 1.0, 16.0]}, {}),
+}
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y = make_classification(n_samples=160, n_features=6, n_informative=4, n_redundant=0,
+                               flip_y=0.08, random_state=3)
+    return MinMaxScaler().fit_transform(X), y
+
+
+@pytest.fixture(scope="module")
+def folds(data):
+    X, y = data
+    return list(StratifiedKFold(4, shuffle=True, random_state=0).split(X, y))
+
+
+def _base(cv_est):
+    return cv_est._base()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_cv_matches_gridsearchcv(case, data, folds):
+    cls, grid, params = CASES[case]
+    X, y = data
+    ours = cls(grid, cv=folds, **params).fit(X, y)
+    ref = GridSearchCV(_base(ours), grid, cv=folds).fit(X, y)
+    assert ours.best_params_ == ref.best_params_
+    assert abs(ours.best_score_ - ref.best_score_) <= 1e-9
+    assert ours.best_index_ == ref.best_index_
+    assert [p for p in ours.cv_results_["params"]] == ref.cv_results_["params"]
+    np.testing.assert_allclose(ours.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], atol=1e-9)
+    np.testing.assert_array_equal(ours.cv_results_["rank_test_score"], ref.cv_results_["rank_test_score"])
+    expected_keys = {k for k in ref.cv_results_ if "train" not in k}
+    assert set(ours.cv_results_) == expected_keys
+    np.testing.assert_array_equal(ours.predict(X), ref.best_estimator_.predict(X))
+    np.testing.assert_allclose(ours.decision_function(X), ref.best_estimator_.decision_function(X),
+                               rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(ours.margins(X, y), ref.best_estimator_.margins(X, y), rtol=1e-7, atol=1e-9)
+
+
+def test_cv_results_frame_and_refitted_attributes(data, folds):
+    X, y = data
+    est = ODMCV({"lam": [1.0, 8.0]}, cv=folds).fit(X, y)
+    np.testing.assert_array_equal(est.coef_, est.best_estimator_.coef_)
+    assert est.n_splits_ == len(folds) and est.refit_time_ >= 0
+    assert list(est.classes_) == [0, 1]
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame(est.cv_results_)
+    assert len(frame) == 2 and "mean_test_score" in frame
+
+
+def test_scoring_weights_and_parallel_folds_match_gridsearchcv(data, folds):
+    X, y = data
+    w = np.random.default_rng(0).integers(1, 4, size=y.size).astype(float)
+    grid = {"lam": [0.5, 4.0, 32.0]}
+    ours = ODMCV(grid, cv=folds, scoring="balanced_accuracy", n_jobs=2).fit(X, y, sample_weight=w)
+    ref = GridSearchCV(ODM_default(), grid, cv=folds, scoring="balanced_accuracy").fit(X, y, sample_weight=w)
+    np.testing.assert_allclose(ours.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], atol=1e-9)
+    assert ours.best_params_ == ref.best_params_
+    serial = ODMCV(grid, cv=folds, scoring="balanced_accuracy").fit(X, y, sample_weight=w)
+    np.testing.assert_array_equal(serial.cv_results_["mean_test_score"], ours.cv_results_["mean_test_score"])
+
+
+def ODM_default():
+    return margindist.ODM()
+
+
+def test_precomputed_gram_matrix_is_cut_in_rows_and_columns(data, folds):
+    X, y = data
+    K = rbf_kernel(X, gamma=1.0)
+    grid = {"lam": [0.5, 8.0]}
+    ours = ODMCV(grid, cv=folds, kernel="precomputed").fit(K, y)
+    ref = GridSearchCV(margindist.ODM(kernel="precomputed"), grid, cv=folds).fit(K, y)
+    np.testing.assert_allclose(ours.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], atol=1e-9)
+    direct = ODMCV(grid, cv=folds, kernel="rbf", gamma=1.0).fit(X, y)
+    np.testing.assert_allclose(ours.cv_results_["mean_test_score"], direct.cv_results_["mean_test_score"], atol=1e-9)
+
+
+def test_sparse_input_gives_the_dense_search(data, folds):
+    X, y = data
+    grid = {"lam": [0.5, 8.0]}
+    dense = ODMCV(grid, cv=folds).fit(X, y)
+    sparse = ODMCV(grid, cv=folds).fit(sp.csr_matrix(X), y)
+    np.testing.assert_allclose(dense.cv_results_["mean_test_score"], sparse.cv_results_["mean_test_score"], atol=1e-9)
+
+
+@pytest.mark.parametrize("case", ["ODMCV", "LDMCV", "KMOMDCV", "M3SVMCV"])
+def test_warm_path_equals_cold_fits(case, data):
+    """Walking the path with warm starts reaches each point's cold-fit model (to the solver's
+    tolerance): the decision values agree closely."""
+    cls, grid, params = CASES[case]
+    X, y = data
+    est = cls(grid, **params)
+    base = _base(est)
+    assert est._exact_warm_start(base)
+    path = est._path_parameter
+    warm = clone(base).set_params(warm_start=True)
+    for value in sorted(grid[path]):
+        warm.set_params(**{path: value}).fit(X, y)
+        cold = clone(base).set_params(**{path: value}).fit(X, y)
+        np.testing.assert_allclose(warm.decision_function(X), cold.decision_function(X), rtol=1e-3, atol=2e-3)
+
+
+def test_default_grid_is_the_paper_grid():
+    from margindist.experiments.presets import paper_grid
+
+    X, y = make_classification(n_samples=40, n_features=4, n_informative=3, n_redundant=0, random_state=0)
+    est = MSVMAvCV(cv=2).fit(X, y)
+    grid = paper_grid("msvmav", "linear")
+    assert len(est.cv_results_["params"]) == np.prod([len(v) for v in grid.values()])
+    assert set(est.best_params_) == set(grid)
+
+
+def test_scaled_grid_entries_are_resolved_on_the_training_data(data, folds):
+    X, y = data
+    est = ODMCV({"gamma": Scaled((0.5, 2.0)), "lam": [1.0]}, cv=folds, kernel="rbf").fit(X, y)
+    gammas = sorted({p["gamma"] for p in est.cv_results_["params"]})
+    np.testing.assert_allclose(gammas, [0.5 / X.shape[1], 2.0 / X.shape[1]])
+
+
+def test_margin_pursuit_without_paper_grid_uses_its_documented_grid():
+    X, y = make_classification(n_samples=60, n_features=4, random_state=1)
+    est = MarginPursuitCV(cv=2, random_state=0).fit(X, y)
+    assert [p["lam"] for p in est.cv_results_["params"]] == MarginPursuitCV._fallback_grid["lam"]
+
+
+class _NoFit(margindist.ODM):
+    def fit(self, X, y, sample_weight=None):  # pragma: no cover - must never run
+        raise AssertionError("a bad grid reached a fit")
+
+
+@pytest.mark.parametrize("grid, error, match", [
+    ({}, ValueError, "param_grid is empty"),
+    ({"lamda": [1.0]}, ValueError, "no parameter 'lamda'.*lam"),
+    ({"lam": []}, ValueError, r"param_grid\['lam'\] is empty"),
+    ({"lam": 1.0}, TypeError, "must be a list"),
+    ({"lam": [1.0, -1.0]}, InvalidParameterError, "lam"),
+    ({"kernel": ["rbf", "gaussian"]}, InvalidParameterError, "kernel"),
+    ([("lam", [1.0])], InvalidParameterError, "param_grid"),
+])
+def test_bad_grids_raise_before_any_fit(grid, error, match, data, monkeypatch):
+    X, y = data
+    monkeypatch.setattr(ODMCV, "_estimator", _NoFit)
+    with pytest.raises(error, match=match):
+        ODMCV(grid).fit(X, y)
+
+
+def test_signature_lists_every_parameter_explicitly():
+    import inspect
+
+    for cls in (ODMCV, LDMCV, MSVMAvCV, KMOMDCV, M3SVMCV, MarginPursuitCV, LSSVMCV):
+        names = list(inspect.signature(cls).parameters)
+        assert names[:5] == ["param_grid", "cv", "scoring", "refit", "n_jobs"]
+        base = set(inspect.signature(cls._estimator).parameters)
+        assert set(names[5:]) == base - {"n_jobs"}
+        with pytest.raises(TypeError):
+            cls(not_a_parameter=1)
+
+
+def test_refit_false_keeps_the_search_only(data, folds):
+    X, y = data
+    est = ODMCV({"lam": [1.0, 4.0]}, cv=folds, refit=False).fit(X, y)
+    assert est.best_params_ and not hasattr(est, "best_estimator_")
+    assert not hasattr(est, "predict")
