@@ -140,6 +140,19 @@ class BinaryModel:
 
 
 @dataclass
+class FitData:
+    """Training data validated for a fit (:meth:`BaseMarginClassifier._fit_data`): X (dense or
+    canonical CSR), labels as indices into ``classes``, positive or zero weights with the class
+    weights folded in, and the key of the parameters the validation depended on."""
+
+    X: object
+    y_index: np.ndarray
+    sample_weight: np.ndarray
+    classes: np.ndarray
+    key: tuple
+
+
+@dataclass
 class BinaryProblem:
     """One binary sub-problem, the argument of ``_fit_binary`` and ``_partial_fit_binary``.
 
@@ -353,6 +366,10 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         self
         """
         self._validate_params()
+        return self._fit_validated(self._fit_data(X, y, sample_weight))
+
+    def _fit_data(self, X, y, sample_weight) -> FitData:
+        """Validate the training data of a fit (X, labels, sample and class weights) once."""
         X, y = self._validate_Xy(X, y)
         self._check_pairwise_shape(X, fit=True)
         classes, y_index = np.unique(y, return_inverse=True)
@@ -363,9 +380,20 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
             )
         sw = combined_sample_weight(sample_weight, getattr(self, "class_weight", None), X, y, classes)
         check_class_totals(sw, y_index, classes)
+        return FitData(X, y_index, sw, classes, self._fit_data_key())
+
+    def _fit_data_key(self):
+        """The parameters :meth:`_fit_data` depends on: data validated under the same key serves
+        another fit (a grid search refits one fold's data at many parameter values)."""
+        return (repr(getattr(self, "class_weight", None)), self._accepts_sparse(), self._pairwise())
+
+    def _fit_validated(self, data: FitData, check: bool = True):
+        """Fit on data from :meth:`_fit_data`; ``check=False`` leaves out the after-fit check
+        of a useful model (:meth:`_check_useful`), for a search that scores the model itself."""
+        X, y_index, sw, classes = data.X, data.y_index, data.sample_weight, data.classes
         self.classes_ = classes
         self.shape_fit_ = X.shape
-
+        self.n_features_in_ = X.shape[1]
         keep = np.flatnonzero(sw > 0)
         if keep.size < X.shape[0]:
             X_fit, y_fit, sw_fit = _take_rows(X, keep, self._pairwise()), y_index[keep], sw[keep]
@@ -383,7 +411,8 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
                 self._assemble(X_fit, models, problems, spec, keep)
         finally:
             self._release()
-        self._check_useful(X, y_index, sw, scale_problem)
+        if check:
+            self._check_useful(X, y_index, sw, scale_problem)
         return self
 
     def _fit_native(self, X, y_index, sw, spec):
@@ -416,13 +445,13 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         :class:`~margindist.exceptions.DegenerateModelWarning` says which and why)."""
         rows = np.flatnonzero(sw > 0)
         rows = rows[np.unique(np.linspace(0, rows.size - 1, min(rows.size, 512)).astype(np.intp))]
-        D = self._raw_decision(X[rows])
+        D = self._decision_validated(X[rows])
         if not np.all(np.isfinite(D)):
             raise FloatingPointError(
                 f"{type(self).__name__} gives non-finite decision values on its own training data; "
                 "check the kernel (a callable kernel must return finite values) and the feature scale."
             )
-        predicted = np.searchsorted(self.classes_, np.unique(self.predict(X[rows])))
+        predicted = np.searchsorted(self.classes_, np.unique(self._labels(D)))
         missing = np.setdiff1d(np.unique(y_index[rows]), predicted)
         if missing.size:
             warn_degenerate(self, self.classes_[missing], self.classes_[predicted], scale_problem)
@@ -632,6 +661,10 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self)
         X = self._validate_X(X, reset=False)
         self._check_pairwise_shape(X, fit=False)
+        return self._raw_decision_validated(X)
+
+    def _raw_decision_validated(self, X) -> np.ndarray:
+        """:meth:`_raw_decision` of X already validated for this model."""
         if getattr(self, "_kernel_fit_", None) is None:
             D = X @ self.coef_.T
             return np.asarray(D, dtype=np.float64) + self.intercept_
@@ -642,7 +675,14 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
     def decision_function(self, X) -> np.ndarray:
         """Decision values: shape (n,) for two classes (positive means ``classes_[1]``), else
         (n, K) with one column per class (argmax is the prediction)."""
-        D = self._raw_decision(X)
+        return self._decision(self._raw_decision(X))
+
+    def _decision_validated(self, X) -> np.ndarray:
+        """:meth:`decision_function` of X already validated for this model."""
+        return self._decision(self._raw_decision_validated(X))
+
+    def _decision(self, D) -> np.ndarray:
+        """Decision values from the sub-problems' raw values ``D`` (n, P)."""
         K = self.classes_.size
         if self._native_multiclass:
             return D[:, 1] - D[:, 0] if K == 2 else D
@@ -654,7 +694,10 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
 
     def predict(self, X) -> np.ndarray:
         """Predicted class labels, consistent with :meth:`decision_function`."""
-        D = self.decision_function(X)
+        return self._labels(self.decision_function(X))
+
+    def _labels(self, D) -> np.ndarray:
+        """Class labels from decision values (the sign for two classes, else the argmax)."""
         if D.ndim == 1:
             return self.classes_[(D > 0).astype(int)]
         return self.classes_[np.argmax(D, axis=1)]

@@ -374,7 +374,7 @@ def _parse_protocol(text: str, args):
 
 
 def _grid_values(method, key, v):
-    from ..search import Scaled, pow2
+    from .search import Scaled, pow2
 
     if isinstance(v, list):
         return tuple(v)
@@ -482,7 +482,7 @@ def _bench_grids(args, methods):
 
 
 def _n_points(grid) -> int:
-    from ..search import Scaled
+    from .search import Scaled
 
     n = 1
     for v in grid.values():

@@ -166,37 +166,81 @@ def _can_warm_start(est, key, exact) -> bool:
     return bool(params.get("warm_start")) and key in params and exact is not None and bool(exact(est))
 
 
-def _accuracy(est, X, y) -> float:
-    return float(np.mean(est.predict(X) == y))
-
-
 def fold_data(X, y, sample_weight, train, test, pairwise: bool = False):
-    """(X_train, y_train, w_train, X_test, y_test) of one fold; a precomputed Gram matrix
-    (``pairwise``) is cut to K(train, train) and K(test, train)."""
+    """(X_train, y_train, w_train, X_test, y_test, w_test) of one fold; a precomputed Gram
+    matrix (``pairwise``) is cut to K(train, train) and K(test, train)."""
     if pairwise:
         Xtr, Xte = X[np.ix_(train, train)], X[np.ix_(test, train)]
     else:
         Xtr, Xte = X[train], X[test]
-    w = None if sample_weight is None else sample_weight[train]
-    return Xtr, y[train], w, Xte, y[test]
+    if sample_weight is None:
+        return Xtr, y[train], None, Xte, y[test], None
+    return Xtr, y[train], sample_weight[train], Xte, y[test], sample_weight[test]
 
 
-def _fit_point(est, data, scorer):
-    """Fit ``est`` on one fold's training part and score it on its test part."""
-    Xtr, ytr, wtr, Xte, yte = data
-    t0 = time.perf_counter()
-    if wtr is None:
-        est.fit(Xtr, ytr)
-    else:
-        est.fit(Xtr, ytr, sample_weight=wtr)
-    t1 = time.perf_counter()
-    score = float(scorer(est, Xte, yte))
-    return score, t1 - t0, time.perf_counter() - t1
+class _Fold:
+    """One fold's data and the fitting and scoring of estimators on it.
+
+    margindist estimators validate the fold's training data once (``_fit_data``) and refit
+    on it at every grid point (``_fit_validated``) while the parameters that validation
+    depends on stay the same; with the default accuracy the test rows are validated once too
+    and scored from the decision values (a point whose test decision values are not finite
+    fails, as its fit would). Other estimators are fitted and scored the usual way. With
+    sample weights the held-out score is weighted too (where the scorer takes weights), as
+    scikit-learn's ``GridSearchCV`` does.
+    """
+
+    def __init__(self, data, scorer):
+        self.data, self.scorer = data, scorer
+        self._train = self._test = None
+
+    def fit_score(self, est):
+        t0 = time.perf_counter()
+        fast = hasattr(est, "_fit_validated")
+        if fast:
+            self._fit_fast(est)
+        else:
+            Xtr, ytr, wtr = self.data[:3]
+            if wtr is None:
+                est.fit(Xtr, ytr)
+            else:
+                est.fit(Xtr, ytr, sample_weight=wtr)
+        t1 = time.perf_counter()
+        if fast and self.scorer is None:
+            score = self._accuracy_fast(est)
+        else:
+            score = self._score(est)
+        return score, t1 - t0, time.perf_counter() - t1
+
+    def _score(self, est) -> float:
+        Xte, yte, wte = self.data[3:]
+        if self.scorer is None:
+            return float(est.score(Xte, yte, sample_weight=wte))
+        if wte is not None and getattr(self.scorer, "_accept_sample_weight", lambda: False)():
+            return float(self.scorer(est, Xte, yte, sample_weight=wte))
+        return float(self.scorer(est, Xte, yte))
+
+    def _fit_fast(self, est):
+        est._validate_params()
+        key = est._fit_data_key()
+        if self._train is None or self._train.key != key:
+            self._train = est._fit_data(*self.data[:3])
+        est._fit_validated(self._train, check=self.scorer is not None)
+
+    def _accuracy_fast(self, est) -> float:
+        key = est._fit_data_key()
+        if self._test is None or self._test[0] != key:
+            self._test = (key, est._validate_X(self.data[3], reset=False))
+        D = est._decision_validated(self._test[1])
+        if not np.all(np.isfinite(D)):
+            raise FloatingPointError(f"{type(est).__name__} gives non-finite decision values.")
+        return float(np.average(est._labels(D) == self.data[4], weights=self.data[5]))
 
 
 def _walk_fold(build, grid, data, warm_start, exact_warm_start, scorer) -> _FoldOutcome:
     """Every grid point on one fold, in grid order, warm-starting along the last parameter."""
     points, keys = grid_points(grid), list(grid)
+    fold = _Fold(data, scorer)
     out = _FoldOutcome(*(np.full(len(points), np.nan) for _ in range(3)))
     est, prev = None, None
     for p, idx in enumerate(points):
@@ -213,7 +257,7 @@ def _walk_fold(build, grid, data, warm_start, exact_warm_start, scorer) -> _Fold
                     if (warm_start and "warm_start" in est.get_params() and exact_warm_start is not None
                             and exact_warm_start(est)):
                         est.set_params(warm_start=True)
-                out.scores[p], out.fit_times[p], out.score_times[p] = _fit_point(est, data, scorer)
+                out.scores[p], out.fit_times[p], out.score_times[p] = fold.fit_score(est)
             out.n_warnings += sum(1 for w in caught if not issubclass(w.category, DeprecationWarning))
             prev = idx
         except Exception as exc:  # a diverging solver at one grid point must not end the search
@@ -263,7 +307,7 @@ def cv_search(build, grid: dict, X, y, folds, *, warm_start=True, exact_warm_sta
     from joblib import Parallel, delayed
 
     t0 = time.perf_counter()
-    scorer = _accuracy if scoring is None else scoring
+    scorer = scoring
     sw = None if sample_weight is None else np.asarray(sample_weight)
     datas = (fold_data(X, y, sw, tr, va, pairwise) for tr, va in folds)
     if n_jobs in (None, 1) or len(folds) == 1:

@@ -36,6 +36,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .. import metrics
 from .._validation import close_matches
+from ..models.cv import KMOMDCV, LDMCV, M3SVMCV, ODMCV, MarginPursuitCV
 from ..models.fmm import FMM
 from ..models.kmomd import KMOMD
 from ..models.ldm import LDM
@@ -352,14 +353,10 @@ def _register(info: MethodInfo):
     _REGISTRY[info.name] = info
 
 
-_EXACT_WARM_START = {
-    # deterministic solvers run to their tolerance on a convex problem with a unique optimum
-    "odm": lambda est: est.solver != "svrg",
-    "ldm": lambda est: est.solver == "dcd" or (est.solver == "auto" and est.kernel != "linear"),
-    "m3svm": lambda est: est.solver == "lbfgs",
-    "kmomd": lambda est: True,
-    "margin_pursuit": lambda est: est.solver == "gd" and est.tol is not None,
-}
+# a warm-started refit reaches the cold fit's model: the rule of the *CV estimators, one source
+_EXACT_WARM_START = {"odm": ODMCV._exact_warm_start, "ldm": LDMCV._exact_warm_start,
+                     "m3svm": M3SVMCV._exact_warm_start, "kmomd": KMOMDCV._exact_warm_start,
+                     "margin_pursuit": MarginPursuitCV._exact_warm_start}
 
 for _name, _cls, _desc in [
     ("msvmav", MSVMAv, "MSVMAv: average margin up, semi-variance down (Qian et al. 2022)"),

@@ -123,6 +123,11 @@ class _MarginCV(ClassifierMixin, BaseEstimator):
         """Whether a warm-started refit of ``est`` converges to the cold fit's model."""
         return False
 
+    @property
+    def _expected_failed_checks(self):
+        """The tuned estimator's known failures of scikit-learn's checks (the search refits it)."""
+        return dict(getattr(self._base(), "_expected_failed_checks", {}))
+
     # ------------------------------------------------------------------ set-up
     def _base(self):
         """The tuned estimator with this object's estimator parameters."""
@@ -200,7 +205,7 @@ class _MarginCV(ClassifierMixin, BaseEstimator):
             return est.set_params(n_jobs=None) if n_jobs is not None else est
 
         res = cv_search(build, walk, X, y, folds, warm_start=True, exact_warm_start=self._exact_warm_start,
-                        scoring=check_scoring(base, scoring=self.scoring), sample_weight=sample_weight,
+                        scoring=None if self.scoring is None else check_scoring(base, scoring=self.scoring), sample_weight=sample_weight,
                         pairwise=base._pairwise(), n_jobs=self.n_jobs)
         self.cv_results_ = cv_results(grid, walk, index, res)
         self.best_index_ = int(np.argmin(self.cv_results_["rank_test_score"]))
