@@ -150,6 +150,9 @@ class FitData:
     sample_weight: np.ndarray
     classes: np.ndarray
     key: tuple
+    #: Set-up that fits on this data share (see :meth:`BaseMarginClassifier._fit_shared`):
+    #: kind -> (key, value), the latest of each kind; None (a plain fit): nothing is kept.
+    shared: dict | None = None
 
 
 @dataclass
@@ -277,6 +280,29 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         native) with the rows to fit; what every sub-problem must share, parallel ones
         included, goes into attributes of ``self`` (e.g. one Nyström landmark seed)."""
 
+    def _fit_shared(self, kind: str, key, make, X=None):
+        """``make()``, or the value it gave in an earlier fit on the same validated data.
+
+        For set-up that grid points share (a Gram matrix, a kernel row cache, a factorisation):
+        ``key`` holds every parameter the value depends on, and ``X`` (when given) the rows it
+        was made from, which must be the whole training data of the fit. A plain fit makes the
+        value afresh; fits on one :class:`FitData` (a fold of :func:`margindist.search.cv_search`)
+        keep the latest value of each ``kind``, so a grid walked with that key varying slowly
+        makes it once per key value.
+        """
+        data = getattr(self, "_shared_data", None)
+        if not self._shares_set_up() or (X is not None and X is not data.X):
+            return make()
+        held = data.shared.get(kind)
+        if held is None or held[0] != key:
+            held = data.shared[kind] = (key, make())
+        return held[1]
+
+    def _shares_set_up(self) -> bool:
+        """Whether this fit runs on data whose set-up other fits share (see :meth:`_fit_shared`)."""
+        data = getattr(self, "_shared_data", None)
+        return data is not None and data.shared is not None
+
     def _release(self):
         """Drop what :meth:`_prepare` made for this fit only (run when the fit ends, even on
         an error), so that a fitted model does not carry, or pickle, set-up work."""
@@ -401,6 +427,7 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
             keep, X_fit, y_fit, sw_fit = None, X, y_index, sw
         spec = self._kernel_spec(X_fit, sw_fit)
         scale_problem = self._warn_scale(X_fit, spec)
+        self._shared_data = data
         self._prepare(X_fit, y_fit, sw_fit, spec)
         try:
             if self._native_multiclass:
@@ -411,6 +438,7 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
                 self._assemble(X_fit, models, problems, spec, keep)
         finally:
             self._release()
+            self._shared_data = None
         if check:
             self._check_useful(X, y_index, sw, scale_problem)
         return self

@@ -183,7 +183,8 @@ class _Fold:
 
     margindist estimators validate the fold's training data once (``_fit_data``) and refit
     on it at every grid point (``_fit_validated``) while the parameters that validation
-    depends on stay the same; with the default accuracy the test rows are validated once too
+    depends on stay the same, sharing set-up such as kernel rows and factorisations between
+    the points (``_fit_shared``); with the default accuracy the test rows are validated once too
     and scored from the decision values (a point whose test decision values are not finite
     fails, as its fit would). Other estimators are fitted and scored the usual way. With
     sample weights the held-out score is weighted too (where the scorer takes weights), as
@@ -225,6 +226,7 @@ class _Fold:
         key = est._fit_data_key()
         if self._train is None or self._train.key != key:
             self._train = est._fit_data(*self.data[:3])
+            self._train.shared = {}  # grid points on this fold share their set-up
         est._fit_validated(self._train, check=self.scorer is not None)
 
     def _accuracy_fast(self, est) -> float:

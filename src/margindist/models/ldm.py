@@ -275,7 +275,14 @@ class LDM(BaseMarginClassifier):
             log.info("LDM: one factorisation shared by the one-vs-rest sub-problems")
             return LDMLinearFactor(X, sample_weight, float(self.lambda1), self._bias())
         log.info("LDM: one kernel set-up shared by the one-vs-rest sub-problems")
-        return LDMKernelBase(self._gram(X, kernel), sample_weight, float(self.lambda1), overwrite=True)
+        return self._kernel_base(X, sample_weight, kernel)
+
+    def _kernel_base(self, X, sample_weight, kernel):
+        """The label-independent kernel set-up (O(m^3)); grid points with the same kernel and
+        lambda1 on one fold share it."""
+        key = (kernel, float(self.lambda1), self._bias())
+        return self._fit_shared("kernel set-up", key, lambda: LDMKernelBase(
+            self._gram(X, kernel), sample_weight, float(self.lambda1), overwrite=True), X)
 
     def _gram(self, X, kernel):
         B = self._bias()
@@ -322,6 +329,8 @@ class LDM(BaseMarginClassifier):
             log.info("LDM: %d epochs", n_iter)
             return BinaryModel(coef=w, intercept=b, n_iter=n_iter, extra={"warm": state})
         log.info("LDM kernel=%s, dual set-up O(m^3) with m=%d", kernel.kind, m)
+        if shared is None and problem.rows is None and self._shares_set_up():
+            shared = self._kernel_base(X, sample_weight, kernel)
         if shared is not None:
             alpha, beta, n_iter, _ = ldm_dcd_kernel(None, y, sample_weight, l1, l2, C, tol=self.tol,
                                                     max_iter=self.max_iter or _DCD_MAX_ITER, beta0=beta0,

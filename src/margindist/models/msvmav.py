@@ -350,7 +350,9 @@ class MSVMAv(BaseMarginClassifier):
         if self.factor_cache is not None:
             return self.factor_cache
         if getattr(self, "_fit_cache", None) is None and self.cache_size > 0:
-            self._fit_cache = FactorCache(int(self.cache_size * 2**20))
+            budget = int(self.cache_size * 2**20)
+            # grid points on one fold of a search share it (the cache knows its X, kernel, weights)
+            self._fit_cache = self._fit_shared("factorisations", budget, lambda: FactorCache(budget))
         return getattr(self, "_fit_cache", None)
 
     def _solver_kwargs(self):

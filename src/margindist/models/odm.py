@@ -250,10 +250,14 @@ class ODM(BaseMarginClassifier):
         stored in float32 (as LIBSVM's cache) unless ``tol`` < 1e-5, where rounding them would
         show in the solution."""
         budget = int(self.cache_size * 2**20)
-        cache = KernelRowCache(kernel, X, max_bytes=budget, dtype=cache_dtype(self.tol))
-        if cache.n_slots == X.shape[0]:
-            cache.fill()
-        return cache
+
+        def make():
+            cache = KernelRowCache(kernel, X, max_bytes=budget, dtype=cache_dtype(self.tol))
+            if cache.n_slots == X.shape[0]:
+                cache.fill()
+            return cache
+
+        return self._fit_shared("kernel rows", (kernel, budget, cache_dtype(self.tol)), make, X)
 
     def _fit_binary(self, problem):
         X, y, sample_weight, kernel = problem.X, problem.y, problem.sample_weight, problem.kernel
