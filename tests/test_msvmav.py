@@ -312,20 +312,6 @@ def test_kernel_path_with_linear_kernel_equals_linear_path(fit_intercept):
     assert not np.allclose(paper.decision_function(X), f_lin, atol=1e-4 * np.abs(f_lin).max())
 
 
-@pytest.mark.parametrize("update", ["auto", "batched", "cg"])
-def test_dense_equals_csr(update):
-    X, y = _scaled("australian", n=300)
-    X[X < 0.3] = 0.0  # give the sparse matrix some zeros
-    kw = dict(alpha=4.0, beta=0.25, tol=0.0, max_iter=50, update=update)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        dense = MSVMAv(**kw).fit(X, y)
-        csr = MSVMAv(**kw).fit(sp.csr_matrix(X), y)
-    assert np.allclose(dense.coef_, csr.coef_, atol=1e-9)
-    assert np.allclose(dense.intercept_, csr.intercept_, atol=1e-9)
-    assert np.allclose(dense.decision_function(X), csr.decision_function(sp.csr_matrix(X)), atol=1e-9)
-
-
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_sparse_input_is_not_densified(monkeypatch):
     X = sp.random(400, 3000, density=0.01, format="csr", random_state=0)
@@ -344,28 +330,6 @@ def test_sparse_input_is_not_densified(monkeypatch):
 # --------------------------------------------------------------------------------------
 # weights, sign, history, options
 # --------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("kernel_kw", [
-    {},
-    {"kernel": "rbf", "gamma": 0.5},
-    {"kernel": "rbf", "gamma": 0.5, "kernel_prox": "rkhs"},
-    {"update": "sherman-morrison"},
-    {"update": "cg"},
-])
-def test_sample_weight_two_equals_duplicated_rows(kernel_kw):
-    X, y = _scaled("wdbc", n=150, seed=6)
-    rng = np.random.default_rng(7)
-    sw = rng.integers(1, 3, size=y.size).astype(float)  # weights 1 or 2
-    Xd, yd = np.repeat(X, sw.astype(int), axis=0), np.repeat(y, sw.astype(int))
-    kw = dict(alpha=2.0, beta=0.5, tol=0.0, max_iter=60, **kernel_kw)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        a = MSVMAv(**kw).fit(X, y, sample_weight=sw)
-        b = MSVMAv(**kw).fit(Xd, yd)
-    fa, fb = a.decision_function(X), b.decision_function(X)
-    assert np.allclose(fa, fb, atol=1e-8 * np.abs(fb).max())
-    assert np.allclose(a.history_["bound"], b.history_["bound"], rtol=1e-8)
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
@@ -472,19 +436,11 @@ def test_multiclass(strategy):
     assert rbf.score(X, y) > 0.85
 
 
-def test_float32_input():
+def test_float32_rbf_accuracy():
+    """float32 = float64 and the dtype kept: tests/test_estimator_table.py; here the accuracy."""
     X, y = _scaled("australian")
-    X32 = X.astype(np.float32)
-    a = MSVMAv(alpha=4.0, beta=0.25).fit(X32, y)
-    b = MSVMAv(alpha=4.0, beta=0.25).fit(X32.astype(np.float64), y)
-    assert a.coef_.dtype == np.float32
-    assert np.allclose(a.coef_, b.coef_, atol=1e-6)
-    assert np.array_equal(a.predict(X32), b.predict(X32))
-    c = MSVMAv(alpha=4.0, beta=0.25).fit(sp.csr_matrix(X32), y)
-    assert c.coef_.dtype == np.float32
-    assert np.allclose(c.coef_, b.coef_, atol=1e-6)
-    rbf = MSVMAv(kernel="rbf").fit(X32, y)
-    assert rbf.score(X32, y) > 0.8
+    rbf = MSVMAv(kernel="rbf").fit(X.astype(np.float32), y)
+    assert rbf.score(X.astype(np.float32), y) > 0.8
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
@@ -497,16 +453,13 @@ def test_nystroem_full_rank_equals_exact_rkhs_kernel_path():
     assert np.allclose(f, g, atol=1e-5 * np.abs(f).max())
 
 
-def test_nystroem_random_state_and_accuracy():
+def test_nystroem_landmarks_and_accuracy():
+    """Same and other seeds: tests/test_estimator_table.py; here the landmark count and accuracy."""
     X, y = _scaled("magic", n=3000)
     kw = dict(alpha=16, beta=1 / 16, kernel="rbf", kernel_approximation=100, return_best=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         a = MSVMAv(random_state=0, **kw).fit(X, y)
-        b = MSVMAv(random_state=0, **kw).fit(X, y)
-        c = MSVMAv(random_state=1, **kw).fit(X, y)
-    assert np.array_equal(a.support_, b.support_) and np.allclose(a.dual_coef_, b.dual_coef_)
-    assert not np.array_equal(a.support_, c.support_)
     assert a.support_.size <= 100
     assert a.score(X, y) > 0.75
 

@@ -20,6 +20,7 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
+from sklearn.utils._param_validation import validate_parameter_constraints
 
 __all__ = ["Scaled", "pow2", "grid_points", "resolve_grid", "cv_search", "grid_to_dict", "SearchResult", "fold_data",
            "mean_scores"]
@@ -160,10 +161,11 @@ class _FoldOutcome:
 
 
 def _can_warm_start(est, key, exact) -> bool:
-    """The estimator refits from its last solution, takes ``key`` under that name, and a warm
-    refit reaches the same model as a cold one (``exact(est)``)."""
+    """The estimator can refit from its last solution (a ``warm_start`` parameter), takes
+    ``key`` under that name, and a warm refit reaches the same model as a cold one
+    (``exact(est)``)."""
     params = est.get_params(deep=False)
-    return bool(params.get("warm_start")) and key in params and exact is not None and bool(exact(est))
+    return "warm_start" in params and key in params and exact is not None and bool(exact(est))
 
 
 def fold_data(X, y, sample_weight, train, test, pairwise: bool = False):
@@ -195,11 +197,12 @@ class _Fold:
         self.data, self.scorer = data, scorer
         self._train = self._test = None
 
-    def fit_score(self, est):
+    def fit_score(self, est, changed=None):
+        """Fit and score ``est``; ``changed``: the one parameter changed since its last fit here."""
         t0 = time.perf_counter()
         fast = hasattr(est, "_fit_validated")
         if fast:
-            self._fit_fast(est)
+            self._fit_fast(est, changed)
         else:
             Xtr, ytr, wtr = self.data[:3]
             if wtr is None:
@@ -221,8 +224,12 @@ class _Fold:
             return float(self.scorer(est, Xte, yte, sample_weight=wte))
         return float(self.scorer(est, Xte, yte))
 
-    def _fit_fast(self, est):
-        est._validate_params()
+    def _fit_fast(self, est, changed):
+        if changed is None:
+            est._validate_params()
+        else:  # the other parameters were validated at the estimator's first fit here
+            validate_parameter_constraints({changed: est._parameter_constraints[changed]},
+                                           {changed: getattr(est, changed)}, caller_name=type(est).__name__)
         key = est._fit_data_key()
         if self._train is None or self._train.key != key:
             self._train = est._fit_data(*self.data[:3])
@@ -244,29 +251,28 @@ def _walk_fold(build, grid, data, warm_start, exact_warm_start, scorer) -> _Fold
     points, keys = grid_points(grid), list(grid)
     fold = _Fold(data, scorer)
     out = _FoldOutcome(*(np.full(len(points), np.nan) for _ in range(3)))
-    est, prev = None, None
+    est, prev, warm = None, None, False
     for p, idx in enumerate(points):
         params = point_params(grid, idx)
-        reuse = (warm_start and est is not None and prev is not None and len(keys) > 0
-                 and prev[:-1] == idx[:-1] and _can_warm_start(est, keys[-1], exact_warm_start))
+        step = warm and prev is not None and prev[:-1] == idx[:-1]
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                if reuse:
+                if step:
                     est.set_params(**{keys[-1]: params[keys[-1]]})
                 else:
                     est = build(params)
-                    if (warm_start and "warm_start" in est.get_params() and exact_warm_start is not None
-                            and exact_warm_start(est)):
+                    warm = warm_start and bool(keys) and _can_warm_start(est, keys[-1], exact_warm_start)
+                    if warm:
                         est.set_params(warm_start=True)
-                out.scores[p], out.fit_times[p], out.score_times[p] = fold.fit_score(est)
+                out.scores[p], out.fit_times[p], out.score_times[p] = fold.fit_score(est, keys[-1] if step else None)
             out.n_warnings += sum(1 for w in caught if not issubclass(w.category, DeprecationWarning))
             prev = idx
         except Exception as exc:  # a diverging solver at one grid point must not end the search
             out.n_failed += 1
             if len(out.errors) < 3:
                 out.errors.append(f"{params}: {type(exc).__name__}: {exc}")
-            est, prev = None, None
+            est, prev, warm = None, None, False
     return out
 
 
