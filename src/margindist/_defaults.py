@@ -24,9 +24,12 @@ __all__ = [
 #: The fixed values the estimators had before their data-dependent defaults (the papers' or the
 #: reference code's), by registry name; the experiment registry passes them explicitly.
 PAPER_DEFAULTS = {
-    "odm": {"lam": 1.0},
-    "msvmav": {"alpha": 1.0, "beta": 1.0, "max_iter": 100, "return_best": False},
-    "margin_pursuit": {"lam": 1e-3},
+    "odm": {"lam": 1.0, "multi_class": "ovr"},
+    "msvmav": {"alpha": 1.0, "beta": 1.0, "max_iter": 100, "return_best": False, "multi_class": "ovr"},
+    "margin_pursuit": {"lam": 1e-3, "average": False, "multi_class": "ovr"},
+    "ldm": {"multi_class": "ovr"},
+    "kmomd": {"multi_class": "ovr"},
+    "lssvm": {"multi_class": "ovr"},
 }
 
 #: alpha = MSVMAV_ALPHA_FACTOR * ||u_bar||: each average-margin step moves the unit-norm w by
@@ -34,10 +37,6 @@ PAPER_DEFAULTS = {
 MSVMAV_ALPHA_FACTOR = 256.0
 #: beta = MSVMAV_BETA_FACTOR * mean ||x||^2 (see :func:`msvmav_alpha_beta`).
 MSVMAV_BETA_FACTOR = 1.0 / 32.0
-
-
-def _total_weight(sample_weight, n_samples):
-    return float(n_samples) if sample_weight is None else float(np.sum(sample_weight))
 
 
 def odm_lam(lam, sample_weight, theta):
@@ -67,11 +66,11 @@ def odm_lam(lam, sample_weight, theta):
     float
     """
     if isinstance(lam, str):
-        return _total_weight(sample_weight, 0) * (1.0 - float(theta)) ** 2
+        return float(np.sum(sample_weight)) * (1.0 - float(theta)) ** 2
     return float(lam)
 
 
-def margin_pursuit_lam(lam, sample_weight):
+def margin_pursuit_lam(lam, total_weight):
     """MarginPursuit's ridge weight; ``"auto"``: ``1 / S`` (S = sum of the sample weights).
 
     MarginPursuit minimises (lam / 2) ||w||^2 + (1 / S) sum_i s_i loss_i; multiplied by 1 / lam
@@ -83,15 +82,15 @@ def margin_pursuit_lam(lam, sample_weight):
     ----------
     lam : float or "auto"
         The estimator's ``lam``.
-    sample_weight : ndarray of shape (n_samples,)
-        Positive sample weights of the sub-problem.
+    total_weight : float
+        S, the sum of the sub-problem's sample weights.
 
     Returns
     -------
     float
     """
     if isinstance(lam, str):
-        return 1.0 / _total_weight(sample_weight, 0)
+        return 1.0 / float(total_weight)
     return float(lam)
 
 

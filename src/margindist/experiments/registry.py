@@ -2,7 +2,10 @@
 
 margindist's own estimators are imported lazily by module path, so a method whose module does
 not exist (yet) is reported as *missing* instead of breaking the experiment system; the
-scikit-learn baselines are scikit-learn's own classes (never re-implemented):
+scikit-learn baselines are scikit-learn's own classes (never re-implemented). Where an
+estimator's own default is data-dependent (``margindist._defaults``), :meth:`MethodInfo.build`
+passes the paper's value (``PAPER_DEFAULTS``) unless the grid or the fixed settings set it, so
+that the reproduced tables do not depend on those rules:
 
 ========================  ==========================================================
 ``svm``                   ``LinearSVC`` (linear) / ``SVC(kernel="rbf")``
@@ -33,6 +36,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .. import metrics
+from .._defaults import PAPER_DEFAULTS
 from .._validation import close_matches
 
 __all__ = [
@@ -139,7 +143,7 @@ class MethodInfo:
             raise UnsupportedError(
                 f"{cls.__name__} has no parameter(s) {unknown}; valid: {sorted(valid)}."
             )
-        kw = dict(params)
+        kw = {**PAPER_DEFAULTS.get(self.name, {}), **params}
         if "kernel" in valid:
             kw.setdefault("kernel", kernel)
         if "random_state" in valid and random_state is not None:
