@@ -30,6 +30,7 @@ PAPER_DEFAULTS = {
     "ldm": {"multi_class": "ovr"},
     "kmomd": {"multi_class": "ovr"},
     "lssvm": {"multi_class": "ovr"},
+    "m3svm": {"lam": 0.01},
 }
 
 #: alpha = MSVMAV_ALPHA_FACTOR * ||u_bar||: each average-margin step moves the unit-norm w by
