@@ -10,7 +10,12 @@ from sklearn.preprocessing import MinMaxScaler, normalize
 from sklearn.svm import LinearSVC
 
 from margindist import LDM, LSSVM, M3SVM, ODM, MarginPursuit, MSVMAv
-from margindist._defaults import PAPER_DEFAULTS, margin_pursuit_lam, msvmav_alpha_beta, odm_lam
+from margindist._defaults import (
+    PAPER_DEFAULTS,
+    margin_pursuit_lam,
+    msvmav_alpha_beta,
+    odm_lam,
+)
 from margindist.datasets import list_datasets, load_dataset
 from margindist.experiments.presets import get_preset, list_presets
 from margindist.experiments.registry import get_method
@@ -101,7 +106,7 @@ def test_explicit_values_are_used():
     assert not np.allclose(ODM(lam=1.0).fit(X, y).coef_, ODM().fit(X, y).coef_, atol=1e-3)
     a, b = msvmav_alpha_beta("scale", "scale", X, np.where(y > 0, 1.0, -1.0), np.ones(len(y)))
     np.testing.assert_allclose(MSVMAv(alpha=a, beta=b).fit(X, y).coef_, MSVMAv().fit(X, y).coef_, rtol=1e-10)
-    mp = dict(random_state=0, max_iter=3, tol=None)
+    mp = {"random_state": 0, "max_iter": 3, "tol": None}
     np.testing.assert_allclose(MarginPursuit(lam=1 / 300, **mp).fit(X, y).coef_,
                                MarginPursuit(**mp).fit(X, y).coef_, rtol=1e-12)
 
