@@ -31,7 +31,7 @@ from ..solvers.msvmav import (
 __all__ = ["MSVMAv"]
 
 
-def _still_improving(bound, window, rtol=1e-6):
+def _still_improving(bound, window, rtol=1e-4):
     """Whether the last ``window`` iterates lowered the smallest SV/theta^2 by more than ``rtol``."""
     before = bound[: len(bound) - window]
     return before.size == 0 or bound[len(bound) - window:].min() < before.min() * (1.0 - rtol)
@@ -267,11 +267,11 @@ class MSVMAv(BaseMarginClassifier):
     Costs: linear path O(nnz(X)) per iteration plus the update of M_k (see ``update``);
     kernel path O(m^3) once (Cholesky inverse of diag(1/s) + K, or an eigendecomposition; two
     m x m arrays) and O(m^2 + c #A^2) per iteration for c indices changing A (O(m^2 + c m^2)
-    in the eigenbasis). A ConvergenceWarning is raised when the active set
-    still changed in the last iterations (T is only a cap; for some (alpha, beta) the iteration
-    oscillates) and the returned iterate is the last one, or, with ``return_best=True``, when the
-    last iterations lowered the best SV/theta^2 by more than a relative 1e-6 (still improving): raise
-    ``max_iter`` or use ``return_best=True``.
+    in the eigenbasis). A ConvergenceWarning is raised when the active set still changed in the
+    last iterations (T is only a cap; for some (alpha, beta) the iteration oscillates) and the
+    returned iterate is the last one, or, with ``return_best=True``, when those last iterations
+    also lowered the best SV/theta^2 by more than a relative 1e-4 (still improving; later gains
+    are typically 1e-6 per iteration): raise ``max_iter`` or use ``return_best=True``.
 
     There is no ``warm_start``: the method is the fixed-point iteration itself, started from
     the normalised average-margin direction, and its result depends on that start and on T
