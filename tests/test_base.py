@@ -223,7 +223,7 @@ def test_margins_binary_linear_and_kernel():
 
 def test_margins_multiclass(blobs):
     X, y = blobs
-    ovr = LSSVM().fit(X, y)
+    ovr = LSSVM(multi_class="ovr").fit(X, y)
     S = ovr.decision_function(X) / ovr.weight_norm_
     expected = S[np.arange(len(y)), y] - np.max(np.where(np.eye(4)[y] > 0, -np.inf, S), axis=1)
     np.testing.assert_allclose(ovr.margins(X, y), expected, rtol=1e-12)

@@ -159,7 +159,7 @@ def test_linear_path_equals_kernel_path_and_auto_keeps_csr_sparse():
 def test_multiclass_shared_setup_equals_separate_fits():
     X, y = _scaled("iris")
     for kernel in ("linear", "rbf"):
-        kw = dict(kernel=kernel, gamma=1.0, C=10.0, tol=1e-8, max_iter=100000, random_state=0)
+        kw = dict(kernel=kernel, gamma=1.0, C=10.0, tol=1e-8, max_iter=100000, random_state=0, multi_class="ovr")
         shared = LDM(**kw).fit(X, y)  # one factorisation shared by the 3 sub-problems
         separate = np.column_stack([LDM(**kw).fit(X, y == k).decision_function(X) for k in np.unique(y)])
         np.testing.assert_allclose(shared.decision_function(X), separate, atol=1e-6)
@@ -370,11 +370,11 @@ def test_partial_fit_mean_margin_is_over_all_samples_seen(rng):
 
 def test_partial_fit_multiclass_and_after_fit():
     X, y = _scaled("iris")
-    est = LDM(C=10.0, random_state=0)
+    est = LDM(C=10.0, random_state=0, multi_class="ovr")
     for _ in range(20):
         est.partial_fit(X, y, classes=np.unique(y))
     assert est.coef_.shape == (3, 4) and est.score(X, y) > 0.8
-    fitted = LDM(C=10.0, random_state=0).fit(X, y)
+    fitted = LDM(C=10.0, random_state=0, multi_class="ovr").fit(X, y)
     before = fitted.score(X, y)
     fitted.partial_fit(X, y)  # continues from the DCD solution
     assert fitted.score(X, y) >= before - 0.1

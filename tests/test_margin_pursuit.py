@@ -268,11 +268,11 @@ def test_auto_scale_and_one_time_rescaling():
     X, y = _data(200, 5, seed=10)
     lam, gamma, delta = 1e-2, 1.0, 0.01
     s0 = gamma * math.sqrt(200 / (2 * math.log(1 / delta)))
-    one = MarginPursuit(lam=lam, max_iter=1, rescale=False, tol=None, random_state=0).fit(X, y)
+    one = MarginPursuit(lam=lam, max_iter=1, rescale=False, tol=None, average=False, random_state=0).fit(X, y)
     assert one.scale_ == pytest.approx(s0, rel=1e-14)
     m = np.where(y > 0, 1.0, -1.0) * one.decision_function(X)
     v = np.quantile((gamma - m) ** 2, 0.75, method="inverted_cdf")
-    resc = MarginPursuit(lam=lam, max_iter=1, rescale=True, tol=None, random_state=0).fit(X, y)
+    resc = MarginPursuit(lam=lam, max_iter=1, rescale=True, tol=None, average=False, random_state=0).fit(X, y)
     assert resc.scale_ == pytest.approx(math.sqrt(200 * v / (2 * math.log(1 / delta))), rel=1e-12)
     twice = MarginPursuit(lam=lam, max_iter=5, scale_factor=2.0, rescale=False, tol=None, random_state=0).fit(X, y)
     assert twice.scale_ == pytest.approx(2 * s0, rel=1e-14)
@@ -325,11 +325,12 @@ def test_fit_equals_repeated_partial_fit():
 def test_multiclass_fit_and_partial_fit(multi_class):
     X, y = load_iris(return_X_y=True)
     X = (X - X.min(0)) / (X.max(0) - X.min(0))
-    est = MarginPursuit(multi_class=multi_class, random_state=0, tol=None, max_iter=30).fit(X, y)
+    est = MarginPursuit(lam=1e-3, average=False, multi_class=multi_class, random_state=0, tol=None,
+                        max_iter=30).fit(X, y)
     assert est.coef_.shape[0] == 3  # 3 classes: 3 one-vs-rest or 3 pairwise problems
     assert est.score(X, y) > 0.85
     assert est.scale_.shape == (3,)
-    pf = MarginPursuit(multi_class=multi_class, random_state=0)
+    pf = MarginPursuit(lam=1e-3, average=False, multi_class=multi_class, random_state=0)
     order = np.random.default_rng(0).permutation(150)
     for chunk in np.array_split(order, 5):
         pf.partial_fit(X[chunk], y[chunk], classes=[0, 1, 2])
@@ -413,7 +414,7 @@ def test_warm_start_uses_the_radius_of_the_current_lam():
 
     X, y = load_breast_cancer(return_X_y=True)
     X = MinMaxScaler().fit_transform(X)
-    est = MarginPursuit(lam=0.1, warm_start=True, random_state=0, max_iter=5, tol=None).fit(X, y)
+    est = MarginPursuit(lam=0.1, warm_start=True, average=False, random_state=0, max_iter=5, tol=None).fit(X, y)
     old_r = projection_radius(est.scale_, 1.0, 0.1, "catoni_giulini")
     est.set_params(lam=1e-4).fit(X, y)
     norm = np.hypot(np.linalg.norm(est.coef_), est.intercept_[0])
@@ -422,7 +423,7 @@ def test_warm_start_uses_the_radius_of_the_current_lam():
     assert norm > 1.5 * old_r  # no longer pinned to the ball of lam = 0.1
     # switching the multi-class reduction starts afresh (ovr states are not ovo states)
     Xm, ym = load_iris(return_X_y=True)
-    a = MarginPursuit(warm_start=True, random_state=0, max_iter=3, tol=None).fit(Xm, ym)
+    a = MarginPursuit(multi_class="ovr", warm_start=True, random_state=0, max_iter=3, tol=None).fit(Xm, ym)
     a.set_params(multi_class="ovo").fit(Xm, ym)
     b = MarginPursuit(multi_class="ovo", random_state=0, max_iter=3, tol=None).fit(Xm, ym)
     np.testing.assert_allclose(a.coef_, b.coef_)

@@ -349,7 +349,7 @@ def test_average_margin_stays_positive(params):
     alpha, beta = params
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        clf = MSVMAv(alpha=alpha, beta=beta, tol=0.0).fit(X, y)
+        clf = MSVMAv(alpha=alpha, beta=beta, tol=0.0, max_iter=100, return_best=False).fit(X, y)
     assert np.all(clf.history_["theta"] > 0)
     m = clf.margins(X, y)
     norm = np.sqrt(np.sum(clf.coef_**2) + clf.intercept_[0] ** 2)
@@ -399,8 +399,8 @@ def test_warns_while_active_set_still_changes():
 
 def test_tol_zero_runs_all_iterations_and_tol_stops_early():
     X, y = _scaled("wdbc")
-    a = MSVMAv(alpha=1.0, beta=1.0, tol=0.0).fit(X, y)
-    b = MSVMAv(alpha=1.0, beta=1.0, tol=1e-6).fit(X, y)
+    a = MSVMAv(alpha=1.0, beta=1.0, tol=0.0, max_iter=100, return_best=False).fit(X, y)
+    b = MSVMAv(alpha=1.0, beta=1.0, tol=1e-6, max_iter=100, return_best=False).fit(X, y)
     assert a.n_iter_ == 100 and b.n_iter_ < 100
     assert np.abs(a.coef_ - b.coef_).max() < 1e-4
 

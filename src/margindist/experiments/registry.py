@@ -3,8 +3,11 @@
 margindist's own estimators are registered with their classes. An entry may instead name its
 class by ``"module:Class"`` (``MethodInfo(target=...)``, e.g. a method from another package):
 it is imported when first used, and a module that does not exist is reported as *missing*
-instead of breaking the experiment system. The scikit-learn baselines are scikit-learn's own
-classes (never re-implemented):
+instead of breaking the experiment system. Where an estimator's own default is data-dependent
+(``margindist._defaults``), :meth:`MethodInfo.build` passes the paper's value
+(``PAPER_DEFAULTS``) unless the grid or the fixed settings set it, so that the reproduced tables
+do not depend on those rules. The scikit-learn baselines are scikit-learn's own classes (never
+re-implemented):
 
 ========================  ==========================================================
 ``svm``                   ``LinearSVC`` (linear) / ``SVC(kernel="rbf")``
@@ -35,6 +38,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .. import metrics
+from .._defaults import PAPER_DEFAULTS
 from .._validation import close_matches
 from ..models.cv import KMOMDCV, LDMCV, M3SVMCV, ODMCV, MarginPursuitCV
 from ..models.fmm import FMM
@@ -158,7 +162,7 @@ class MethodInfo:
             raise UnsupportedError(
                 f"{cls.__name__} has no parameter(s) {unknown}; valid: {sorted(valid)}."
             )
-        kw = dict(params)
+        kw = {**PAPER_DEFAULTS.get(self.name, {}), **params}
         if "kernel" in valid:
             kw.setdefault("kernel", kernel)
         if "random_state" in valid and random_state is not None:

@@ -54,16 +54,23 @@ class M3SVM(BaseMarginClassifier):
 
     Parameters
     ----------
-    lam : float, default=0.01
+    lam : float, default=1e-4
         The lambda of Eq. 25, the weight of the pairwise-margin regulariser against the data term,
         which is a *sum* over the samples (so the same lam regularises less as n grows). The paper
         searches 10 equidistant values in [1e-4, 1e-1] — on the scale of its code, which divides
         the cross-entropy by n_train K and the regulariser (summed over ordered pairs, i.e. twice)
         by n_all (all samples, test ones included): lam = 2 K lam_code n_train / n_all, i.e.
         lam = 1.6 K lam_code for its 80/20 split (the paper's grid is lam in
-        1.6 K [1e-4, 1e-1] here). The default 0.01 suits standardised features with n in the
-        hundreds to thousands (5-fold CV on vehicle, glass, dermatology: best between 1e-3 and
-        1e-1, worse above 1); tune it on a log grid, e.g. np.logspace(-3, 1, 9).
+        1.6 K [1e-4, 1e-1] here). The default 1e-4 (the previous default 0.01 stays available
+        explicitly) makes the regulariser a tie-breaker among the models that fit the data, as
+        LinearSVC's C = 1 does with its summed hinge loss: the data term already grows with n,
+        so no n-scaling is needed, but ||w_k - w_l||^p with p = 4 grows fast in the large
+        weights that sparse or weakly separable data need, and at 0.01 it underfits them
+        (held-out accuracy in ``benchmarks/bench_defaults.py`` and on nine UCI multi-class
+        sets at 1e-4 against 1e-2: tf-idf-like sparse 0.757 / 0.739, spambase 0.905 / 0.850,
+        segment 0.922 / 0.903, splice 0.936 / 0.929; within 1 point elsewhere, LinearSVC
+        Crammer-Singer 0.767, 0.903, 0.924, 0.905). Tune it on a log grid, e.g.
+        np.logspace(-5, 0, 11).
     p : float, default=4
         Exponent p of the regulariser (> 0; the paper searches 1..8 and finds about 4 best).
         p = 2 is an l2 penalty; p < 1 makes the problem non-convex. At zero distance between
@@ -188,7 +195,7 @@ class M3SVM(BaseMarginClassifier):
         "warm_start": ["boolean"],
     }
 
-    def __init__(self, lam=0.01, p=4, delta=0.1, eps=1e-6, loss="smooth_hinge", solver="lbfgs",
+    def __init__(self, lam=1e-4, p=4, delta=0.1, eps=1e-6, loss="smooth_hinge", solver="lbfgs",
                  max_iter=1000, tol=1e-6, learning_rate=0.01, lr_schedule="adaptive", batch_size=None,
                  device="auto", fit_intercept=True, class_weight=None, random_state=None, verbose=0,
                  warm_start=False):

@@ -42,11 +42,12 @@ All dense linear algebra runs with one BLAS thread for matrices up to order
 from ._cache import FactorCache
 from ._common import blas_single_thread
 from ._design import Design
-from ._history import MSVMAvResult
+from ._history import CHANGE_WINDOW, MSVMAvResult
 from .kernel import msvmav_kernel
 from .linear import msvmav_iterate, msvmav_linear
 
 __all__ = [
+    "CHANGE_WINDOW",
     "Design",
     "FactorCache",
     "MSVMAvResult",

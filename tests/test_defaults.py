@@ -1,0 +1,204 @@
+"""The data-dependent defaults (margindist._defaults): the rules, explicit values, presets, accuracy."""
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.preprocessing import MinMaxScaler, normalize
+from sklearn.svm import LinearSVC
+
+from margindist import LDM, LSSVM, M3SVM, ODM, MarginPursuit, MSVMAv
+from margindist._defaults import (
+    PAPER_DEFAULTS,
+    margin_pursuit_lam,
+    msvmav_alpha_beta,
+    odm_lam,
+)
+from margindist.datasets import list_datasets, load_dataset
+from margindist.experiments.presets import get_preset, list_presets
+from margindist.experiments.registry import get_method
+from margindist.kernels import kernel_matrix, resolve_kernel
+
+
+def _dense(m, d=20, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.random((2 * m, d))
+    f = (X - 0.5) @ rng.normal(size=d)
+    y = (f + 0.3 * f.std() * rng.normal(size=2 * m) > 0).astype(int)
+    return X[:m], y[:m], X[m:], y[m:]
+
+
+def _sparse(m, d=2000, per_row=20, seed=0):
+    rng = np.random.default_rng(seed)
+    X = sp.random(2 * m, d, density=per_row / d, format="csr", random_state=seed)
+    X = normalize(X)
+    f = X @ rng.normal(size=d)
+    y = (f - np.median(f) + 0.3 * f.std() * rng.normal(size=2 * m) > 0).astype(int)
+    return X[:m], y[:m], X[m:], y[m:]
+
+
+# ------------------------------------------------------------------ the rules
+
+
+@pytest.mark.parametrize("m", [10, 1000, 123456])
+@pytest.mark.parametrize("theta", [0.0, 0.2, 0.5])
+def test_odm_auto_lam_is_total_weight_times_one_minus_theta_squared(m, theta):
+    assert odm_lam("auto", np.ones(m), theta) == pytest.approx(m * (1 - theta) ** 2)
+    w = np.full(m, 2.5)  # a weight k is k copies
+    assert odm_lam("auto", w, theta) == pytest.approx(2.5 * m * (1 - theta) ** 2)
+    assert odm_lam(3.0, w, theta) == 3.0
+
+
+def test_odm_auto_is_linearsvc_c1_at_theta_mu_zero():
+    """theta = mu = 0: ODM is LinearSVC's squared hinge with C = lam / m; auto gives C = 1."""
+    X, y, _, _ = _dense(300)
+    odm = ODM(mu=0.0, theta=0.0, tol=1e-10, max_iter=10000).fit(X, y)
+    svc = LinearSVC(C=1.0, tol=1e-12, max_iter=100000, intercept_scaling=1.0).fit(X, y)
+    np.testing.assert_allclose(odm.coef_.ravel(), svc.coef_.ravel(), rtol=1e-4, atol=1e-5)
+
+
+def test_margin_pursuit_auto_lam_is_one_over_total_weight():
+    for S in (7.0, 1e3, 2e6):
+        assert margin_pursuit_lam("auto", S) == pytest.approx(1.0 / S)
+    assert margin_pursuit_lam(1e-3, 5.0) == 1e-3
+
+
+def test_msvmav_scale_rule_and_its_invariance():
+    X, y01, _, _ = _dense(200, d=8)
+    y = np.where(y01 > 0, 1.0, -1.0)
+    s = np.ones(len(y))
+    Xb = np.hstack([X, np.ones((len(y), 1))])
+    a, b = msvmav_alpha_beta("scale", "scale", X, y, s)
+    assert a == pytest.approx(256 * np.linalg.norm(Xb.T @ y / len(y)))
+    assert b == pytest.approx(np.mean(np.sum(Xb**2, axis=1)) / 32)
+    # no intercept: alpha scales with the features, beta with their square
+    a1, b1 = msvmav_alpha_beta("scale", "scale", X, y, s, fit_intercept=False)
+    a3, b3 = msvmav_alpha_beta("scale", "scale", 3 * X, y, s, fit_intercept=False)
+    assert a3 == pytest.approx(3 * a1) and b3 == pytest.approx(9 * b1)
+    # sparse input gives the same numbers
+    assert msvmav_alpha_beta("scale", "scale", sp.csr_matrix(X), y, s) == pytest.approx((a, b))
+    # numbers pass through, each parameter on its own
+    assert msvmav_alpha_beta(2.0, 0.5, X, y, s) == (2.0, 0.5)
+    assert msvmav_alpha_beta(2.0, "scale", X, y, s) == pytest.approx((2.0, b))
+
+
+def test_msvmav_scale_rule_in_the_kernel_feature_space():
+    X, y01, _, _ = _dense(120, d=5)
+    y = np.where(y01 > 0, 1.0, -1.0)
+    s = np.linspace(0.5, 2.0, len(y))
+    spec = resolve_kernel("rbf", X, gamma=0.7)
+    c = s * y / s.sum()
+    K = kernel_matrix(spec, X)
+    a, b = msvmav_alpha_beta("scale", "scale", X, y, s, True, spec)
+    assert a == pytest.approx(256 * np.sqrt(c @ K @ c + c.sum() ** 2))
+    assert b == pytest.approx((1.0 + 1.0) / 32)
+
+
+# ------------------------------------------------------------------ explicit values are honoured
+
+
+def test_explicit_values_are_used():
+    X, y, _, _ = _dense(300)
+    np.testing.assert_allclose(ODM(lam=300 * 0.64, tol=1e-8).fit(X, y).coef_, ODM(tol=1e-8).fit(X, y).coef_,
+                               rtol=1e-6, atol=1e-8)
+    assert not np.allclose(ODM(lam=1.0).fit(X, y).coef_, ODM().fit(X, y).coef_, atol=1e-3)
+    a, b = msvmav_alpha_beta("scale", "scale", X, np.where(y > 0, 1.0, -1.0), np.ones(len(y)))
+    np.testing.assert_allclose(MSVMAv(alpha=a, beta=b).fit(X, y).coef_, MSVMAv().fit(X, y).coef_, rtol=1e-10)
+    mp = {"random_state": 0, "max_iter": 3, "tol": None}
+    np.testing.assert_allclose(MarginPursuit(lam=1 / 300, **mp).fit(X, y).coef_,
+                               MarginPursuit(**mp).fit(X, y).coef_, rtol=1e-12)
+
+
+def test_invalid_strings_are_rejected():
+    X, y, _, _ = _dense(50)
+    for est in (ODM(lam="scale"), MSVMAv(alpha="auto"), MarginPursuit(lam="scale")):
+        with pytest.raises(ValueError):
+            est.fit(X, y)
+
+
+# ------------------------------------------------------------------ presets keep the papers' values
+
+
+def test_registry_builds_with_the_papers_values():
+    for name, params in PAPER_DEFAULTS.items():
+        est = get_method(name).build("linear", {})
+        for key, value in params.items():
+            assert est.get_params()[key] == value, (name, key)
+    # a grid or fixed value still wins
+    assert get_method("odm").build("linear", {"lam": 64.0}).lam == 64.0
+
+
+def test_presets_build_estimators_without_data_dependent_values():
+    for name in list_presets():
+        for run in get_preset(name, quick=True).methods:
+            info = get_method(run.method)
+            if info.builder is not None:
+                continue
+            params = info.build(run.kernel, run.fixed, 0).get_params()
+            for key in ("lam", "alpha", "beta"):
+                if key in params and key not in run.grid:
+                    assert not isinstance(params[key], str), (name, run.name, key)
+            if "multi_class" in params:
+                assert params["multi_class"] == "ovr", (name, run.name)
+
+
+# ------------------------------------------------------------------ accuracy at the defaults
+
+
+ESTIMATORS = {
+    "ODM": lambda: ODM(random_state=0),
+    "MSVMAv": lambda: MSVMAv(),
+    "MarginPursuit": lambda: MarginPursuit(random_state=0),
+    "LDM": lambda: LDM(random_state=0),
+    "M3SVM": lambda: M3SVM(),
+    "LSSVM": lambda: LSSVM(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+def test_default_accuracy_close_to_linearsvc(name, kind):
+    """Measured on these data: at most 1.6 points below LinearSVC (LDM's ASGD on the sparse set;
+    the others within 1 point); the bound of 3 points leaves room for platforms."""
+    X, y, Xt, yt = _dense(2000) if kind == "dense" else _sparse(2000)
+    if name == "LSSVM" and kind == "sparse":
+        pytest.skip("LSSVM's linear solver densifies the d x d system")
+    peer = LinearSVC().fit(X, y).score(Xt, yt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        acc = ESTIMATORS[name]().fit(X, y).score(Xt, yt)
+    assert acc >= peer - 0.03, (acc, peer)
+
+
+@pytest.mark.parametrize("est", [ODM(random_state=0), MSVMAv(), MarginPursuit(random_state=0)],
+                         ids=["ODM", "MSVMAv", "MarginPursuit"])
+def test_default_multiclass_iris(est):
+    X, y = load_dataset("iris")
+    X = MinMaxScaler().fit_transform(X)
+    peer = LinearSVC(multi_class="crammer_singer").fit(X, y).score(X, y)
+    assert est.fit(X, y).score(X, y) >= peer - 0.05
+
+
+def _bundled():
+    return sorted(d["name"] for d in list_datasets() if d["source"] != "sklearn" and d["name"] != "cornell")
+
+
+@pytest.mark.slow
+def test_msvmav_default_fit_does_not_warn_on_bundled_sets():
+    for name in _bundled():
+        X, y = load_dataset(name)
+        X = MinMaxScaler().fit_transform(X)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ConvergenceWarning)
+            MSVMAv().fit(X, y)
+
+
+def test_msvmav_default_fit_does_not_warn_on_small_bundled_sets():
+    for name in ("australian", "german", "heart", "pima", "sonar", "wdbc", "iris", "wine"):
+        X, y = load_dataset(name)
+        X = MinMaxScaler().fit_transform(X)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ConvergenceWarning)
+            MSVMAv().fit(X, y)
