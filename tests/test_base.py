@@ -311,7 +311,7 @@ def test_problems_has_one_shape_in_every_estimator(blobs):
     native = M3SVM().fit(X, y)
     assert native.problems_ == [(None, k) for k in range(4)]
     assert M3SVM().fit(X, y % 2).problems_ == [(None, 0), (None, 1)]
-    for est in (LDM(random_state=0).fit(X, y), MarginPursuit(random_state=0).fit(X, y)):
+    for est in (LDM(random_state=0).fit(X, y), MarginPursuit(random_state=0, multi_class="ovr").fit(X, y)):
         assert est.problems_ == [(None, k) for k in range(4)]
 
 
@@ -327,7 +327,7 @@ def test_methods_plug_in_through_the_hooks_only():
 @pytest.mark.parametrize("Est", [LDM, MarginPursuit])
 def test_partial_fit_is_the_shared_one(Est, blobs):
     X, y = blobs
-    est = Est(random_state=0)
+    est = Est(random_state=0, multi_class="ovr")
     for batch in np.array_split(np.arange(len(y)), 3):
         assert est.partial_fit(X[batch], y[batch], classes=np.unique(y)) is est
     assert est.problems_ == [(None, k) for k in range(4)] and est.coef_.shape == (4, 3)

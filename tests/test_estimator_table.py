@@ -225,7 +225,7 @@ def _msvmav(kw):
     weights = Spec(MSV_WDBC, (Cmp(DEC, _NP_ALLCLOSE, 1e-8, scaled=True), Cmp(_history_bound, 1e-8)), kw=MSV_SW,
                    weights=integers(7, 1, 3))
     f32 = Spec(real("australian"), (Cmp("coef_", _NP_ALLCLOSE, 1e-6),) if "kernel" not in kw else
-               (Cmp(DEC, 1e-3, 1e-4, scaled=True),), kw=dict(alpha=4.0, beta=0.25),
+               (Cmp(DEC, 1e-3, 1e-4, scaled=True),), kw=dict(alpha=4.0, beta=0.25, max_iter=100, return_best=False),
                dtype_attrs=("coef_",) if "kernel" not in kw else (), min_agreement=1.0, csr32=True)
     return Case(md.MSVMAv, kw, csr, weights, f32)
 

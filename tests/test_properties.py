@@ -120,13 +120,11 @@ def _fit(est, X, y, sw):
 
 
 # ---------------------------------------------------------------------------------------------
-#: Default settings known to underfit small separable problems without any warning: the
-#: defaults are the papers' values, which are not tuned for data of every size (the fix is a
-#: data-dependent default, not input handling). Not strict: other generated examples pass.
+#: Default settings known to underfit small separable problems without any warning. Not
+#: strict: other generated examples pass.
 _UNDERFIT_DEFAULTS = {
-    "MSVMAv": "alpha = beta = 1 and T = 100 reach about 0.62-0.67 training accuracy on some "
-              "separable problems of 9-16 rows",
-    "LDM-asgd": "one-vs-rest at C = 1 reaches about 0.72 on some three-blob problems",
+    "LDM-asgd": "one-vs-rest (LDM's multi-class default, which its partial_fit streams) at C = 1 "
+                "reaches about 0.72 on some three-blob problems",
 }
 
 

@@ -204,7 +204,7 @@ def test_lssvm_linear_at_a_huge_feature_scale_equals_the_rescaled_model(data):
 def test_degenerate_model_warning_names_the_cause(data):
     X, y = data
     with pytest.warns(DegenerateModelWarning, match="extreme scale"):
-        md.ODM().fit(X * 1e-8, y)
+        md.ODM(lam=1.0).fit(X * 1e-8, y)  # the paper's lam (the default "auto" adapts to the scale)
 
 
 # ------------------------------------------------------------------ 5. small and odd data
