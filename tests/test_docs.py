@@ -19,7 +19,8 @@ import margindist
 
 ROOT = Path(__file__).resolve().parents[1]
 
-ESTIMATORS = ["MSVMAv", "LDM", "ODM", "M3SVM", "MarginPursuit", "KMOMD", "MAMC", "LSSVM", "FMM"]
+ESTIMATORS = ["MSVMAv", "LDM", "ODM", "M3SVM", "MarginPursuit", "KMOMD", "MAMC", "LSSVM", "FMM",
+              "ODMCV", "LDMCV", "MSVMAvCV", "KMOMDCV", "M3SVMCV", "MarginPursuitCV", "LSSVMCV"]
 
 # numpydoc checks not enforced, and why:
 # * ES01 (no extended summary): short methods (predict_proba, fit) say all in one line.

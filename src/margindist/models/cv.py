@@ -102,6 +102,8 @@ class _MarginCV(ClassifierMixin, BaseEstimator):
     _path_parameter = None
     #: grid used when no paper preset searches the method
     _fallback_grid = None
+    #: docstring parts: summary line, how the path is walked, the paper grid, an example grid
+    _doc = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -117,6 +119,9 @@ class _MarginCV(ClassifierMixin, BaseEstimator):
             "refit": ["boolean"],
             "n_jobs": [numbers.Integral, None],
         }
+        summary, warm, source, example_grid = cls._doc
+        notes = _NOTES.format(path=cls._path_parameter, warm=warm, source=source)
+        cls.__doc__ = _docstring(summary, cls._estimator, notes, _example(cls.__name__, example_grid))
 
     @staticmethod
     def _exact_warm_start(est) -> bool:
@@ -404,7 +409,7 @@ def _docstring(summary: str, estimator_cls, notes: str, example: str) -> str:
     return (f"{summary}\n\n{notes}\n\nParameters\n----------\n{_SEARCH_DOC}{kept}\n\n{_ATTRIBUTES_DOC}\n"
             f"See Also\n--------\n{name} : The estimator tuned.\n"
             "sklearn.model_selection.GridSearchCV : The generic search this one matches.\n\n"
-            f"References\n----------\nSee :class:`margindist.{name}`.\n\nExamples\n--------\n{example}")
+            f"References\n----------\nSee :class:`margindist.{name}`.\n\nExamples\n--------\n{example}\n")
 
 
 def _drop_entries(section: str, names) -> str:
@@ -433,122 +438,83 @@ def _example(cls_name: str, grid: str) -> str:
 
 _NOTES = ("The search walks the grid with ``{path}`` varying fastest{warm}. With ``param_grid=None`` the "
           "grid is the paper's ({source}); it can be large (hundreds of points times the folds), so "
-          "give a smaller grid on large data.")
-
-
-def _notes(path, warm: str, source: str) -> str:
-    return _NOTES.format(path=path, warm=warm, source=source)
+          "give a smaller grid on large data. Warm-started points agree with cold fits to the "
+          "solver's tolerance, so at a loose ``tol`` a held-out prediction right at the boundary "
+          "can differ from ``GridSearchCV``'s.")
 
 
 class ODMCV(_MarginCV):
-    _estimator = ODM
-    _method = "odm"
-    _path_parameter = "lam"
+    _estimator, _method, _path_parameter = ODM, "odm", "lam"
+    _doc = ("ODM with its parameters (lam, mu, theta and the kernel width) chosen by cross-validation.",
+            ", each fit warm-started from the previous lam's dual or primal solution (every solver but "
+            "svrg converges to the same optimum)",
+            "lam, mu, theta as the MSVMAv paper searches them, and its RBF widths",
+            '{"lam": [1.0, 64.0], "mu": [0.2]}')
 
     @staticmethod
     def _exact_warm_start(est) -> bool:
         return est.solver != "svrg"
 
 
-ODMCV.__doc__ = _docstring(
-    "ODM with its parameters (lam, mu, theta and the kernel width) chosen by cross-validation.", ODM,
-    _notes("lam", ", each fit warm-started from the previous lam's dual or primal solution "
-           "(every solver but svrg converges to the same optimum)",
-           "lam, mu, theta as the MSVMAv paper searches them, and its RBF widths"),
-    _example("ODMCV", '{"lam": [1.0, 64.0], "mu": [0.2]}'))
-
-
 class LDMCV(_MarginCV):
-    _estimator = LDM
-    _method = "ldm"
-    _path_parameter = "C"
+    _estimator, _method, _path_parameter = LDM, "ldm", "C"
+    _doc = ("LDM with lambda1, lambda2, C (and the kernel width) chosen by cross-validation.",
+            ", warm-started where the solver is the exact dual coordinate descent; the kernel set-up "
+            "(O(m^3)) is made once per kernel width and lambda1",
+            "the LDM paper's lambda1, lambda2, C and its RBF widths",
+            '{"C": [0.5, 1.0], "lambda1": [1e-4]}')
 
     @staticmethod
     def _exact_warm_start(est) -> bool:
         return est.solver == "dcd" or (est.solver == "auto" and est.kernel != "linear")
 
 
-LDMCV.__doc__ = _docstring(
-    "LDM with lambda1, lambda2, C (and the kernel width) chosen by cross-validation.", LDM,
-    _notes("C", ", warm-started where the solver is the exact dual coordinate descent",
-           "the LDM paper's lambda1, lambda2, C and its RBF widths"),
-    _example("LDMCV", '{"C": [0.5, 1.0], "lambda1": [1e-4]}'))
-
-
 class MSVMAvCV(_MarginCV):
-    _estimator = MSVMAv
-    _method = "msvmav"
-    _path_parameter = "beta"
-
-
-MSVMAvCV.__doc__ = _docstring(
-    "MSVMAv with alpha, beta (and the kernel width) chosen by cross-validation.", MSVMAv,
-    _notes("beta", " (MSVMAv's fixed-point iteration has no warm start)",
-           "the MSVMAv paper's alpha, beta in 2^-10 ... 2^10 and its RBF widths"),
-    _example("MSVMAvCV", '{"alpha": [1.0, 8.0], "beta": [1.0]}'))
+    _estimator, _method, _path_parameter = MSVMAv, "msvmav", "beta"
+    _doc = ("MSVMAv with alpha, beta (and the kernel width) chosen by cross-validation.",
+            " (MSVMAv's fixed-point iteration has no warm start; the kernel factorisations are "
+            "shared by the grid points of a fold)",
+            "the MSVMAv paper's alpha, beta in 2^-10 ... 2^10 and its RBF widths",
+            '{"alpha": [1.0, 8.0], "beta": [1.0]}')
 
 
 class KMOMDCV(_MarginCV):
-    _estimator = KMOMD
-    _method = "kmomd"
-    _path_parameter = "lam"
+    _estimator, _method, _path_parameter = KMOMD, "kmomd", "lam"
+    _doc = ("KM-OMD with lam (and the kernel width) chosen by cross-validation.",
+            ", each fit warm-started from the previous lam's solution",
+            "the KM-OMD paper's lam and RBF widths, or the LDM paper's grid for the linear kernel",
+            '{"lam": [0.1, 0.5]}')
 
     @staticmethod
     def _exact_warm_start(est) -> bool:
         return True
 
 
-KMOMDCV.__doc__ = _docstring(
-    "KM-OMD with lam (and the kernel width) chosen by cross-validation.", KMOMD,
-    _notes("lam", ", each fit warm-started from the previous lam's solution",
-           "the KM-OMD paper's lam and RBF widths, or the LDM paper's grid for the linear kernel"),
-    _example("KMOMDCV", '{"lam": [0.1, 0.5]}'))
-
-
 class M3SVMCV(_MarginCV):
-    _estimator = M3SVM
-    _method = "m3svm"
-    _path_parameter = "lam"
+    _estimator, _method, _path_parameter = M3SVM, "m3svm", "lam"
+    _doc = ("M3SVM with lam and p chosen by cross-validation.",
+            ", warm-started with the deterministic L-BFGS solver", "the M3SVM authors' p and lam",
+            '{"lam": [1e-3, 1e-2], "p": [2]}')
 
     @staticmethod
     def _exact_warm_start(est) -> bool:
         return est.solver == "lbfgs"
 
 
-M3SVMCV.__doc__ = _docstring(
-    "M3SVM with lam and p chosen by cross-validation.", M3SVM,
-    _notes("lam", ", warm-started with the deterministic L-BFGS solver",
-           "the M3SVM authors' p and lam"),
-    _example("M3SVMCV", '{"lam": [1e-3, 1e-2], "p": [2]}'))
-
-
 class MarginPursuitCV(_MarginCV):
-    _estimator = MarginPursuit
-    _method = "margin_pursuit"
-    _path_parameter = "lam"
+    _estimator, _method, _path_parameter = MarginPursuit, "margin_pursuit", "lam"
     _fallback_grid = {"lam": [1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1]}
+    _doc = ("Margin pursuit with its ridge penalty lam chosen by cross-validation.",
+            ", warm-started with the full-batch gd solver and a tolerance",
+            "the paper fixes lam, so the default grid is lam in 1e-6, 1e-5, ..., 1e-1, Pegasos' usual range",
+            '{"lam": [1e-4, 1e-3]}')
 
     @staticmethod
     def _exact_warm_start(est) -> bool:
         return est.solver == "gd" and est.tol is not None
 
 
-MarginPursuitCV.__doc__ = _docstring(
-    "Margin pursuit with its ridge penalty lam chosen by cross-validation.", MarginPursuit,
-    _notes("lam", ", warm-started with the full-batch gd solver and a tolerance",
-           "the paper fixes lam, so the default grid is lam in 1e-6, 1e-5, ..., 1e-1, "
-           "Pegasos' usual range"),
-    _example("MarginPursuitCV", '{"lam": [1e-4, 1e-3]}'))
-
-
 class LSSVMCV(_MarginCV):
-    _estimator = LSSVM
-    _method = "lssvm"
-    _path_parameter = "C"
-
-
-LSSVMCV.__doc__ = _docstring(
-    "LS-SVM with C (and the kernel width) chosen by cross-validation.", LSSVM,
-    _notes("C", "", "C in 2^-10 ... 2^10 and the MSVMAv paper's RBF widths"),
-    _example("LSSVMCV", '{"C": [0.5, 1.0]}'))
-
+    _estimator, _method, _path_parameter = LSSVM, "lssvm", "C"
+    _doc = ("LS-SVM with C (and the kernel width) chosen by cross-validation.", "",
+            "C in 2^-10 ... 2^10 and the MSVMAv paper's RBF widths", '{"C": [0.5, 1.0]}')
