@@ -45,12 +45,8 @@ from numba import njit
 from sklearn.exceptions import ConvergenceWarning
 
 from ..kernels import KernelRowCache
-from . import dcd
-from .dcd import _xorshift, csr_parts, dcd_kernel, dcd_linear, row_sq_norms, seed_from
-
-# the row kernels of dcd, inlined into the loops below (called, each costs twice the row's work)
-_row_dot = njit(inline="always")(dcd._row_dot.py_func)
-_row_axpy = njit(inline="always")(dcd._row_axpy.py_func)
+from ._rows import make_rows, rng_below, row_axpy, row_dot, row_sq_norms, seed_from
+from .dcd import dcd_kernel, dcd_linear
 
 __all__ = [
     "odm_band_loss",
@@ -163,37 +159,37 @@ def odm_dcd_kernel(cache: KernelRowCache | None, y, sample_weight, lam=1.0, mu=0
 
 
 @njit(cache=True)
-def _xv(Xd, data, indices, indptr, sparse, bias, v, out):
+def _xv(rows, v, out):
     """out = Xh v (v of length d + 1)."""
     for i in range(out.shape[0]):
-        out[i] = _row_dot(Xd, data, indices, indptr, sparse, i, v, bias)
+        out[i] = row_dot(rows, i, v)
 
 
 @njit(cache=True)
-def _xtr(Xd, data, indices, indptr, sparse, bias, r, out):
+def _xtr(rows, r, out):
     """out = Xh^T r (out of length d + 1)."""
     out[:] = 0.0
     for i in range(r.shape[0]):
         if r[i] != 0.0:
-            _row_axpy(Xd, data, indices, indptr, sparse, i, r[i], out, bias)
+            row_axpy(rows, i, r[i], out)
 
 
 class _Design:
     """Xh = [X, B] products in float64 without densifying or copying X."""
 
     def __init__(self, X, bias):
-        self.parts = csr_parts(X)
+        self.rows = make_rows(X, bias)
         self.bias = float(bias)
         self.m, self.d = X.shape
 
     def xv(self, v):
         out = np.empty(self.m)
-        _xv(*self.parts, self.bias, np.ascontiguousarray(v, dtype=np.float64), out)
+        _xv(self.rows, np.ascontiguousarray(v, dtype=np.float64), out)
         return out
 
     def xtr(self, r):
         out = np.empty(self.d + 1)
-        _xtr(*self.parts, self.bias, np.ascontiguousarray(r, dtype=np.float64), out)
+        _xtr(self.rows, np.ascontiguousarray(r, dtype=np.float64), out)
         return out
 
 
@@ -314,8 +310,7 @@ def odm_newton(X, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0, tol
 
 
 @njit(cache=True)
-def _svrg_epoch(Xd, data, indices, indptr, sparse, bias, y, cm, mu, theta, r, xr, snap, eta,
-                n_steps, rng, v):
+def _svrg_epoch(rows, y, cm, mu, theta, r, xr, snap, eta, n_steps, rng, v):
     """One SVRG inner loop. w = A v + Bc r, r = w_snap - full_grad; returns w (dense).
 
     cm_i = m c_i; snap_i = cm_i * loss'(z_i(w_snap)) * y_i; xr_i = <xh_i, r>.
@@ -325,8 +320,8 @@ def _svrg_epoch(Xd, data, indices, indptr, sparse, bias, y, cm, mu, theta, r, xr
     A = 1.0
     Bc = 0.0
     for _ in range(n_steps):
-        i = np.int64(_xorshift(rng) % np.uint64(m))
-        acc = _row_dot(Xd, data, indices, indptr, sparse, i, v, bias)
+        i = rng_below(rng, m)
+        acc = row_dot(rows, i, v)
         zi = y[i] * (A * acc + Bc * xr[i])
         if zi < 1.0 - theta:
             dl = -2.0 * (1.0 - theta - zi)
@@ -338,15 +333,7 @@ def _svrg_epoch(Xd, data, indices, indptr, sparse, bias, y, cm, mu, theta, r, xr
         A *= 1.0 - eta
         Bc = (1.0 - eta) * Bc + eta
         if delta != 0.0:
-            # written out: through _row_axpy this step measured 15 % slower (dense rows)
-            coef = -eta * delta / A
-            if sparse:
-                for t in range(indptr[i], indptr[i + 1]):
-                    v[indices[t]] += coef * data[t]
-            else:
-                for f in range(d):
-                    v[f] += coef * Xd[i, f]
-            v[d] += coef * bias
+            row_axpy(rows, i, -eta * delta / A, v)
         if A < 1e-9:
             for f in range(d + 1):
                 v[f] *= A
@@ -371,7 +358,7 @@ def odm_svrg(X, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0, tol=1
     m = A.m
     c = odm_coefficients(sample_weight, lam, theta)
     cm = m * c
-    sq = row_sq_norms(X) + bias * bias
+    sq = row_sq_norms(X, bias)
     L = 1.0 + 2.0 * cm * max(1.0, mu) * sq
     eta = 1.0 / (4.0 * float(L.max())) if step is None else float(step)
     rng = seed_from(random_state)
@@ -397,7 +384,7 @@ def odm_svrg(X, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0, tol=1
         r = w - full
         xr = A.xv(r)
         v = w.copy()
-        w = _svrg_epoch(*A.parts, A.bias, y, cm, float(mu), float(theta), r, xr, snap, eta, m, rng, v)
+        w = _svrg_epoch(A.rows, y, cm, float(mu), float(theta), r, xr, snap, eta, m, rng, v)
         it += 1
         if log is not None:
             log.debug("ODM SVRG epoch %d |g| %.3e", it, gnorm)
