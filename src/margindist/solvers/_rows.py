@@ -16,12 +16,13 @@ loop (as a call each costs about as much as a sparse row), so they take the call
 flags: a caller that allows reassociation gets vectorised dense sums, one that does not gets the
 sums in feature order.
 
-Randomness: one generator for every solver, xorshift64 (Marsaglia 2003) on a uint64 array of
-length 1 that the solver advances in place. :func:`seed_from` derives its non-zero state from a
-scikit-learn ``random_state`` (int, RandomState or None, through ``check_random_state``): the
-only way a solver obtains random numbers, so equal ``random_state`` gives equal runs and nothing
-draws from an unseeded source. :func:`rng_below`, :func:`rng_shuffle` and :func:`permutation`
-draw indices from it.
+Randomness: xorshift64 (Marsaglia 2003) on a uint64 array of length 1 that compiled code advances
+in place; :func:`seed_from` derives its non-zero state from a scikit-learn ``random_state`` (int,
+RandomState or None, through ``check_random_state``), so equal ``random_state`` gives equal runs.
+:func:`rng_below`, :func:`rng_shuffle` and :func:`permutation` draw indices from it. The dual
+coordinate descent (:mod:`~margindist.solvers.dcd`) and ODM's SVRG draw from it; the pass orders of
+LDM's averaged SGD and of margin pursuit's SGD, drawn in Python, still come from NumPy generators
+seeded from the same ``random_state`` (their tests were fitted to those streams).
 """
 
 from __future__ import annotations
