@@ -35,18 +35,20 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from ._result import SolverResult
+
 __all__ = ["FMMResult", "fmm", "row_norm_max"]
 
 
-@dataclass
-class FMMResult:
+@dataclass(kw_only=True)
+class FMMResult(SolverResult):
+    """A run of :func:`fmm` (``n_iter``: iterations)."""
+
     w: np.ndarray  # weights on the scaled features z (unnormalised)
     b: float  # weight of the constant feature (0 without intercept)
     radius: float  # R
-    n_iter: int
     margins: np.ndarray  # gamma(w_t), t = 1..n_iter
     dual: np.ndarray  # ||Z^T q_t||, t = 0..n_iter - 1 (upper bounds of gamma* on separable data)
-    converged: bool
 
 
 def row_norm_max(X, fit_intercept):
@@ -86,7 +88,8 @@ def fmm(X, y, sample_weight=None, *, step=1.0, max_iter=400, fit_intercept=True,
     logs = np.log(sw)
     R = row_norm_max(X, fit_intercept)
     if R == 0.0:
-        return FMMResult(np.zeros(d), 0.0, 1.0, 0, np.empty(0), np.empty(0), False)
+        return FMMResult(w=np.zeros(d), b=0.0, radius=1.0, n_iter=0, margins=np.empty(0), dual=np.empty(0),
+                         converged=False)
     yR = y / R
 
     def ztq(q):  # Z^T q

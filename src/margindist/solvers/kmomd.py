@@ -62,7 +62,7 @@ Back ends
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
@@ -70,6 +70,7 @@ from numba import njit
 
 from ..kernels import (DEFAULT_CACHE_BYTES, KernelRowCache, KernelSpec, cache_row, csr_clear, csr_row_dot,
                        csr_scatter, kernel_decision)
+from ._result import SolverResult
 
 __all__ = [
     "KMOMDResult",
@@ -91,8 +92,8 @@ _HULL_TOUCH = 1e-12
 _CONVERGED, _MAX_ITER, _HULLS_TOUCH = 0, 1, 2
 
 
-@dataclass
-class KMOMDResult:
+@dataclass(kw_only=True)
+class KMOMDResult(SolverResult):
     """Solution of one binary KM-OMD problem.
 
     gamma : distribution over the rows (each class sums to 1); scores : s_j = <v, phi(x_j)>;
@@ -109,11 +110,8 @@ class KMOMDResult:
     scores: np.ndarray
     theta: float
     objective: float
-    n_iter: int
-    converged: bool
     violation: float
     status: str = "converged"
-    history: np.ndarray = field(default_factory=lambda: np.zeros(0))
     coef: np.ndarray | None = None
     lbfgs_iter: int = 0
     newton_iter: int = 0

@@ -40,6 +40,7 @@ from numba import njit
 from scipy.optimize import minimize
 from scipy.special import softmax
 
+from ._result import SolverResult
 from ._threads import single_scipy_blas_thread
 
 
@@ -286,13 +287,13 @@ def m3svm_lbfgs(X, y_index, sample_weight, n_classes, *, lam, p, delta, eps, los
 
 
 # ---------------------------------------------------------------------------- Adam
-@dataclass
-class AdamResult:
+@dataclass(kw_only=True)
+class AdamResult(SolverResult):
+    """A run of :func:`adam_minimize` (``n_iter``: steps; ``history``: the objective of every
+    full-batch step, or of every pass for mini-batches)."""
+
     x: object
     fun: float
-    n_iter: int
-    converged: bool
-    history: list
 
 
 class _NumpyOps:
@@ -386,7 +387,7 @@ def adam_minimize(fun_grad, x0, *, n_samples, learning_rate=0.01, max_iter=500, 
         x = best_x
     else:
         best_f, _ = fun_grad(x, None)
-    return AdamResult(x=x, fun=float(best_f), n_iter=it, converged=converged, history=history)
+    return AdamResult(x=x, fun=float(best_f), n_iter=it, converged=converged, history=np.asarray(history, dtype=float))
 
 
 def m3svm_adam(X, y_index, sample_weight, n_classes, *, lam, p, delta, eps, loss, fit_intercept,

@@ -51,6 +51,7 @@ from ..losses import (
     catoni_wide_psi,
     catoni_wide_rho,
 )
+from ._result import SolverResult
 from ._rows import make_rows, row_axpy, row_axpy2, row_dot, row_dot_sq
 
 __all__ = [
@@ -247,14 +248,14 @@ def weighted_op_norm_sq(X, weights, fit_intercept):
 
 
 # ------------------------------------------------------------------ gradient descent
-@dataclass
-class GDResult:
+@dataclass(kw_only=True)
+class GDResult(SolverResult):
+    """A run of :func:`mp_gd` (``n_iter``: iterations; ``history``: J at every iterate, the
+    starting point included)."""
+
     w: np.ndarray
     b: float
     scale: float
-    n_iter: int
-    history: np.ndarray  # J at every iterate, the starting point included
-    converged: bool
     rescaled: bool
     rescale_iter: int | None  # history[:k] used the old scale, history[k:] the new (None: no change)
 
