@@ -40,6 +40,7 @@ from numba import njit
 from scipy.optimize import minimize
 from scipy.special import softmax
 
+from ..losses import smooth_hinge_scalar
 from ._result import SolverResult
 from ._threads import single_scipy_blas_thread
 
@@ -160,9 +161,8 @@ def _softmax_term(S, y, s, G):
 
 @njit(cache=True)
 def _smooth_hinge_term(S, y, s, delta, G):
-    """sum_i s_i sum_{k != y_i} g(1 - S_iy + S_ik); G = dF/dS (see losses.smooth_hinge)."""
+    """sum_i s_i sum_{k != y_i} g(1 - S_iy + S_ik); G = dF/dS (g: losses.smooth_hinge_scalar)."""
     n, K = S.shape
-    d2 = delta * delta
     val = 0.0
     for i in range(n):
         yi = y[i]
@@ -172,13 +172,7 @@ def _smooth_hinge_term(S, y, s, delta, G):
         for k in range(K):
             if k == yi:
                 continue
-            t = 1.0 - sy + S[i, k]
-            r = math.sqrt(t * t + d2)
-            if t >= 0:
-                g = 0.5 * (t + r)
-            else:
-                g = 0.5 * d2 / (r - t)
-            gd = g / r if r > 0 else 0.5
+            g, gd = smooth_hinge_scalar(1.0 - sy + S[i, k], delta)
             acc += g
             G[i, k] = s[i] * gd
             gsum += G[i, k]

@@ -63,6 +63,10 @@ class _TorchOps:
 
 
 def _smooth_hinge(T, delta):
+    """(g(T), g'(T)) of the smoothed hinge, elementwise on a tensor: the formulas of
+    :func:`margindist.losses.smooth_hinge_scalar` (the one definition; compiled NumPy code cannot
+    take tensors on a GPU, so they are restated here as tensor expressions, and
+    tests/test_torch.py checks that the two agree)."""
     r = torch.hypot(T, torch.as_tensor(delta, dtype=T.dtype, device=T.device))
     neg = T < 0
     half_d2 = 0.5 * delta * delta
