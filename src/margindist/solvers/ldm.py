@@ -39,6 +39,7 @@ Dual (paper Eq. 12), c = 4 lambda1 / S^2, shift = (lambda2 / S) s:
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg as sla
@@ -46,6 +47,7 @@ from scipy.linalg import lapack
 import scipy.sparse as sp
 from numba import njit
 
+from ._result import UnpackableResult
 from ._rows import make_rows, row_axpy, row_axpy2, row_dot, row_sq_norms
 from .dcd import dcd_kernel, dcd_linear
 
@@ -80,6 +82,8 @@ def _symmetrize(A):
 
 
 __all__ = [
+    "LDMKernelResult",
+    "LDMLinearResult",
     "ldm_primal_objective",
     "LDMKernelBase",
     "LDMKernelSystem",
@@ -217,12 +221,41 @@ class LDMKernelSystem:
         return Einv_v + (self.c / self.den) * float(self._f @ v) * self._Eq
 
 
+@dataclass(kw_only=True)
+class LDMKernelResult(UnpackableResult):
+    """A kernel LDM run: alpha (f(x) = sum_j alpha_j (k(x_j, x) + B^2)), the dual variables beta
+    and the dual value e^T beta - 1/2 (beta + shift)^T H (beta + shift). Unpacks as
+    (alpha, beta, n_iter, dual)."""
+
+    _unpack = ("alpha", "beta", "n_iter", "dual")
+    alpha: np.ndarray
+    beta: np.ndarray
+    dual: float
+
+
+@dataclass(kw_only=True)
+class LDMLinearResult(UnpackableResult):
+    """A linear LDM run: w (d,), b, and the DCD's beta with its dual value e^T beta - 1/2 ||wt||^2
+    (unpacks as (w, b, beta, n_iter, dual)), or the averaged-SGD state (unpacks as
+    (w, b, state, n_iter); ``n_iter``: epochs, a fixed number, so ``converged`` is True)."""
+
+    w: np.ndarray
+    b: float
+    beta: np.ndarray | None = None
+    dual: float | None = None
+    state: object = None
+
+    @property
+    def _unpack(self):
+        return ("w", "b", "state", "n_iter") if self.beta is None else ("w", "b", "beta", "n_iter", "dual")
+
+
 def ldm_dcd_kernel(G, y, sample_weight, lambda1, lambda2, C, *, tol=1e-3, max_iter=1000, beta0=None,
                    shrinking=True, random_state=None, overwrite=False, base=None):
     """Kernel LDM: set up H (O(m^3)), DCD over beta, alpha from one solve.
 
     G must include the constant feature (k + B^2) (unused when a shared ``base`` is given).
-    Returns (alpha, beta, n_iter, dual value e^T beta - 1/2 (beta + shift)^T H (beta + shift)).
+    Returns an :class:`LDMKernelResult`.
     """
     s = np.asarray(sample_weight, dtype=np.float64)
     if base is None:
@@ -237,7 +270,8 @@ def ldm_dcd_kernel(G, y, sample_weight, lambda1, lambda2, C, *, tol=1e-3, max_it
                      warn_label="LDM")
     beta = res.a
     dual = float(beta.sum() - 0.5 * (beta + shift) @ res.u)
-    return system.alpha(beta, lambda2), beta, res.n_iter, dual
+    return LDMKernelResult(alpha=system.alpha(beta, lambda2), beta=beta, dual=dual, n_iter=res.n_iter,
+                           converged=res.converged)
 
 
 # ----------------------------------------------------------------------------- linear dual
@@ -348,7 +382,7 @@ def ldm_dcd_linear(X, y, sample_weight, lambda1, lambda2, C, *, bias=1.0, tol=1e
                    beta0=None, shrinking=True, random_state=None, factor=None):
     """Linear LDM by DCD over beta on the transformed data Z.
 
-    Returns (w (d,), b, beta, n_iter, dual value e^T beta - 1/2 ||wt||^2).
+    Returns an :class:`LDMLinearResult` with beta and the dual value.
     """
     y = np.asarray(y, dtype=np.float64)
     s = np.asarray(sample_weight, dtype=np.float64)
@@ -362,7 +396,8 @@ def ldm_dcd_linear(X, y, sample_weight, lambda1, lambda2, C, *, bias=1.0, tol=1e
     wt = res.w[:-1]
     v = LTinv(wt)
     dual = float(res.a.sum() - 0.5 * wt @ wt)
-    return v[:-1].copy(), float(bias * v[-1]), res.a, res.n_iter, dual
+    return LDMLinearResult(w=v[:-1].copy(), b=float(bias * v[-1]), beta=res.a, dual=dual, n_iter=res.n_iter,
+                           converged=res.converged)
 
 
 # ----------------------------------------------------------------------------- averaged SGD
@@ -633,7 +668,8 @@ def ldm_asgd(X, y, sample_weight, lambda1, lambda2, C, *, bias=1.0, n_epochs=5, 
     ``state`` (an :class:`ASGDState`) continues a previous run (``partial_fit``): the objective
     is then that of all samples seen so far (S = total weight seen, mu their weighted mean of
     y x), t and the average go on.
-    Returns (w (d,), b, state, epochs). Raises FloatingPointError if the weights blow up.
+    Returns an :class:`LDMLinearResult` with the state. Raises FloatingPointError if the weights
+    blow up.
     """
     from sklearn.utils import check_random_state
 
@@ -687,4 +723,5 @@ def ldm_asgd(X, y, sample_weight, lambda1, lambda2, C, *, bias=1.0, n_epochs=5, 
     if not np.all(np.isfinite(wbar)):
         raise FloatingPointError("LDM ASGD produced non-finite weights; check C, lambda1, lambda2 and the sample "
                                  "weights, standardise the features, or use solver='dcd'.")
-    return wbar[:-1].copy(), float(bias * wbar[-1]), state, n_epochs
+    return LDMLinearResult(w=wbar[:-1].copy(), b=float(bias * wbar[-1]), state=state, n_iter=n_epochs,
+                           converged=True)

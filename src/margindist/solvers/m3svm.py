@@ -41,13 +41,14 @@ from scipy.optimize import minimize
 from scipy.special import softmax
 
 from ..losses import smooth_hinge_scalar
-from ._result import SolverResult
+from ._result import SolverResult, UnpackableResult
 from ._threads import single_scipy_blas_thread
 
 
 __all__ = [
     "pairwise_penalty",
     "m3svm_objective",
+    "M3SVMResult",
     "m3svm_lbfgs",
     "m3svm_adam",
     "adam_minimize",
@@ -252,8 +253,8 @@ def m3svm_lbfgs(X, y_index, sample_weight, n_classes, *, lam, p, delta, eps, los
     """Minimise F with scipy's L-BFGS-B and the analytic gradient.
 
     Stops when the largest gradient entry of F / sum(s) is below ``tol`` (or when the relative
-    decrease of F stalls at machine precision). Returns (coef (K, d), intercept (K,), n_iter,
-    objective F, converged).
+    decrease of F stalls at machine precision). Returns an :class:`M3SVMResult` (coef (K, d),
+    intercept (K,), objective F).
     """
     K, d = n_classes, X.shape[1]
     sw = np.asarray(sample_weight, dtype=np.float64)
@@ -277,7 +278,19 @@ def m3svm_lbfgs(X, y_index, sample_weight, n_classes, *, lam, p, delta, eps, los
                  res.nit, res.nfev, res.fun * scale, gmax, res.message)
     W, b = _unpack(res.x, K, d, fit_intercept)
     b = np.zeros(K) if b is None else b.copy()
-    return W.copy(), b, int(res.nit), float(res.fun * scale), converged
+    return M3SVMResult(coef=W.copy(), intercept=b, n_iter=int(res.nit), objective=float(res.fun * scale),
+                       converged=converged)
+
+
+@dataclass(kw_only=True)
+class M3SVMResult(UnpackableResult):
+    """An M3SVM fit: coef W (K, d), intercept b (K,) and the objective F. Unpacks as
+    (coef, intercept, n_iter, objective, converged)."""
+
+    _unpack = ("coef", "intercept", "n_iter", "objective", "converged")
+    coef: np.ndarray
+    intercept: np.ndarray
+    objective: float
 
 
 # ---------------------------------------------------------------------------- Adam
@@ -388,8 +401,7 @@ def m3svm_adam(X, y_index, sample_weight, n_classes, *, lam, p, delta, eps, loss
                learning_rate=0.01, max_iter=500, tol=1e-6, lr_schedule="adaptive", batch_size=None,
                random_state=None, coef_init=None, intercept_init=None, log=None):
     """Minimise F with Adam in NumPy (see :func:`adam_minimize`; the torch back end in
-    ``margindist.torch`` runs the same iteration on a GPU). Returns (coef, intercept, n_iter,
-    objective F, converged)."""
+    ``margindist.torch`` runs the same iteration on a GPU). Returns an :class:`M3SVMResult`."""
     K, d = n_classes, X.shape[1]
     sw = np.asarray(sample_weight, dtype=np.float64)
     scale = float(sw.sum())
@@ -413,7 +425,8 @@ def m3svm_adam(X, y_index, sample_weight, n_classes, *, lam, p, delta, eps, loss
     b = np.zeros(K) if b is None else b.copy()
     if log is not None:
         log.info("M3SVM Adam (numpy): %d epochs, F=%.10g", res.n_iter, res.fun * scale)
-    return W.copy(), b, res.n_iter, res.fun * scale, res.converged
+    return M3SVMResult(coef=W.copy(), intercept=b, n_iter=res.n_iter, objective=res.fun * scale,
+                       converged=res.converged, history=res.history)
 
 
 def _penalty_part(theta, K, d, fit_intercept, lam, p, eps):
