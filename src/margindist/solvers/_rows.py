@@ -20,7 +20,8 @@ Randomness: xorshift64 (Marsaglia 2003) on a uint64 array of length 1 that compi
 in place; :func:`seed_from` derives its non-zero state from a scikit-learn ``random_state`` (int,
 RandomState or None, through ``check_random_state``), so equal ``random_state`` gives equal runs.
 :func:`rng_below`, :func:`rng_shuffle` and :func:`permutation` draw indices from it. The dual
-coordinate descent (:mod:`~margindist.solvers.dcd`) and ODM's SVRG draw from it; the pass orders of
+coordinate descent (:mod:`~margindist.solvers.dcd`), ODM's SVRG and the mini-batch order of
+M3SVM's Adam draw from it; the pass orders of
 LDM's averaged SGD and of margin pursuit's SGD, drawn in Python, still come from NumPy generators
 seeded from the same ``random_state`` (their tests were fitted to those streams).
 """

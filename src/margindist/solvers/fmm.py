@@ -33,9 +33,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
 from ._result import SolverResult
+from ._rows import row_sq_norms
 
 __all__ = ["FMMResult", "fmm", "row_norm_max"]
 
@@ -53,13 +53,7 @@ class FMMResult(SolverResult):
 
 def row_norm_max(X, fit_intercept):
     """R = max_i ||[x_i, 1]|| (or max_i ||x_i|| without the intercept)."""
-    if sp.issparse(X):
-        sq = np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
-    else:
-        Xa = np.asarray(X)
-        sq = np.einsum("ij,ij->i", Xa, Xa, dtype=np.float64)
-    if fit_intercept:
-        sq = sq + 1.0
+    sq = row_sq_norms(X, 1.0 if fit_intercept else None)
     return float(np.sqrt(sq.max())) if sq.size else 0.0
 
 

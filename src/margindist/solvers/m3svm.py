@@ -42,6 +42,7 @@ from scipy.special import softmax
 
 from ..losses import smooth_hinge_scalar
 from ._result import SolverResult, UnpackableResult
+from ._rows import permutation, seed_from
 from ._threads import single_scipy_blas_thread
 
 
@@ -338,7 +339,7 @@ def adam_minimize(fun_grad, x0, *, n_samples, learning_rate=0.01, max_iter=500, 
     v = ops.zeros_like(x)
     lr = learning_rate
     full = batch_size is None or batch_size >= n_samples
-    rng = None if full else np.random.default_rng(random_state)
+    rng = None if full else seed_from(random_state)
     best_f, best_x = math.inf, ops.copy(x)   # best full-batch iterate
     best_epoch, stall, t = math.inf, 0, 0    # plateau detection on the epoch objective
     history = []
@@ -348,7 +349,7 @@ def adam_minimize(fun_grad, x0, *, n_samples, learning_rate=0.01, max_iter=500, 
         if full:
             batches = [None]
         else:
-            perm = rng.permutation(n_samples)
+            perm = permutation(rng, n_samples)
             batches = [perm[s:s + batch_size] for s in range(0, n_samples, batch_size)]
         epoch_f = 0.0
         for rows in batches:
