@@ -21,9 +21,9 @@ in place; :func:`seed_from` derives its non-zero state from a scikit-learn ``ran
 RandomState or None, through ``check_random_state``), so equal ``random_state`` gives equal runs.
 :func:`rng_below`, :func:`rng_shuffle` and :func:`permutation` draw indices from it. The dual
 coordinate descent (:mod:`~margindist.solvers.dcd`), ODM's SVRG and the mini-batch order of
-M3SVM's Adam draw from it; the pass orders of
-LDM's averaged SGD and of margin pursuit's SGD, drawn in Python, still come from NumPy generators
-seeded from the same ``random_state`` (their tests were fitted to those streams).
+M3SVM's Adam draw from it; the pass orders of LDM's averaged SGD and of margin pursuit's SGD,
+drawn in Python, still come from NumPy generators seeded from the same ``random_state`` (their
+tests were fitted to those streams).
 """
 
 from __future__ import annotations
