@@ -70,7 +70,7 @@ from numba import njit
 
 from ..kernels import DEFAULT_CACHE_BYTES, KernelRowCache, KernelSpec, cache_row, kernel_decision
 from ._result import SolverResult
-from ._rows import make_rows, row_axpy, row_dot, row_sq_norms
+from ._rows import make_rows, row_axpy, row_dot, row_sq_norms, rows_dot
 
 __all__ = [
     "KMOMDResult",
@@ -212,8 +212,7 @@ def _linear_delta(rows, r, q, c, v, u, delta):
         for f in range(rows.n_features):
             delta[f] = c * (X[r, f] - X[q, f])
             v[f] += delta[f]
-    for j in range(u.shape[0]):
-        u[j] = row_dot(rows, j, delta)
+    rows_dot(rows, delta, u)
     _clear_rows(rows, r, q, delta)
 
 

@@ -47,7 +47,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from ..kernels import KernelRowCache
 from ._result import UnpackableResult
-from ._rows import make_rows, rng_below, row_axpy, row_dot, row_sq_norms, seed_from
+from ._rows import make_rows, rng_below, row_axpy, row_dot, row_sq_norms, rows_dot, seed_from
 from .dcd import dcd_kernel, dcd_linear
 
 __all__ = [
@@ -194,13 +194,6 @@ def odm_dcd_kernel(cache: KernelRowCache | None, y, sample_weight, lam=1.0, mu=0
 
 
 @njit(cache=True)
-def _xv(rows, v, out):
-    """out = Xh v (v of length d + 1)."""
-    for i in range(out.shape[0]):
-        out[i] = row_dot(rows, i, v)
-
-
-@njit(cache=True)
 def _xtr(rows, r, out):
     """out = Xh^T r (out of length d + 1)."""
     out[:] = 0.0
@@ -219,7 +212,7 @@ class _Design:
 
     def xv(self, v):
         out = np.empty(self.m)
-        _xv(self.rows, np.ascontiguousarray(v, dtype=np.float64), out)
+        rows_dot(self.rows, np.ascontiguousarray(v, dtype=np.float64), out)
         return out
 
     def xtr(self, r):
