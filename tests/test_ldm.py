@@ -11,7 +11,7 @@ from sklearn.svm import LinearSVC
 from margindist.datasets import load_dataset
 from margindist.models.ldm import LDM
 from margindist.solvers import ldm as ldm_solvers
-from margindist.solvers.dcd import csr_parts
+from margindist.solvers._rows import make_rows
 from margindist.solvers.ldm import (
     ASGDState,
     LDMKernelBase,
@@ -192,7 +192,7 @@ def test_asgd_average_is_the_average_of_the_iterates(rng):
     """Bottou's lazy representation reproduces the plain running average from step t0 on."""
     X, y = _data(rng, m=40, d=4)
     X[rng.random(X.shape) < 0.5] = 0
-    parts = csr_parts(sp.csr_matrix(X))
+    rows = make_rows(sp.csr_matrix(X), 1.0)
     m = X.shape[0]
     st = ASGDState(5)
     sfac = np.ones(m)
@@ -203,7 +203,7 @@ def test_asgd_average_is_the_average_of_the_iterates(rng):
     iterates = []
     for t in range(150):
         order = np.array([t % m])
-        _asgd_pass(*parts, 1.0, y, sfac, xmu, mu, order, lam3, l1, l2, eta0, 0.0, t0, st.wa, st.scal,
+        _asgd_pass(rows, y, sfac, xmu, mu, order, lam3, l1, l2, eta0, 0.0, t0, st.wa, st.scal,
                    True)
         iterates.append(st.weights().copy())
         # step t (0-based) averages the iterates after steps t0 - 1 ... t
@@ -220,7 +220,7 @@ def test_asgd_maintained_mean_margin_equals_recomputation(rng, sparse):
     X = rng.normal(size=(m, d))
     X[rng.random(X.shape) < 0.4] = 0
     y = np.where(rng.random(m) < 0.5, 1.0, -1.0)
-    parts = csr_parts(sp.csr_matrix(X) if sparse else X)
+    rows = make_rows(sp.csr_matrix(X) if sparse else X, 0.7)
     s = rng.uniform(0.5, 2.0, size=m)
     sfac = m * s / s.sum()
     Xh = np.c_[X, np.full(m, 0.7)]
@@ -231,7 +231,7 @@ def test_asgd_maintained_mean_margin_equals_recomputation(rng, sparse):
     n_renorm, prev_wdiv = 0, 1.0
     for t in range(2500):
         order = rng.integers(0, m, size=1)
-        code = _asgd_pass(*parts, 0.7, y, sfac, xmu, mu, order, lam3, 0.02, 0.01, 1.0, eta, 40.0, st.wa, st.scal, True)
+        code = _asgd_pass(rows, y, sfac, xmu, mu, order, lam3, 0.02, 0.01, 1.0, eta, 40.0, st.wa, st.scal, True)
         assert code == 0
         n_renorm += st.scal[0] < prev_wdiv
         prev_wdiv = st.scal[0]
@@ -258,8 +258,7 @@ def test_asgd_step_is_the_expectation_of_the_two_sample_step(rng):
         st = ASGDState(d + 1)
         st.w[:] = w0
         st.scal[5] = w0 @ mu
-        _asgd_pass(X, np.zeros(0), np.zeros(0, np.int32), np.zeros(1, np.int32), False, bias, y, m * s / S, Xh @ mu,
-                   mu, np.array([i]), lam3, l1, l2, 1.0, eta, 0.0, st.wa, st.scal, False)
+        _asgd_pass(make_rows(X, bias), y, m * s / S, Xh @ mu, mu, np.array([i]), lam3, l1, l2, 1.0, eta, 0.0, st.wa, st.scal, False)
         zi = y[i] * (Xh[i] @ w0)
         steps = []
         for j in range(m):  # the paper's two-sample ghat with the second sample j

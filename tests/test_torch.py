@@ -195,3 +195,15 @@ def test_estimator_gpu_path_runs_and_stores_numpy(iris):
     assert abs(est.objective_ - ref.objective_) <= 1e-4 * ref.objective_
     clone = pickle.loads(pickle.dumps(est))
     np.testing.assert_array_equal(clone.predict(X), est.predict(X))
+
+
+def test_torch_smooth_hinge_agrees_with_losses():
+    """The tensor restatement of the smoothed hinge equals losses.smooth_hinge(_derivative)."""
+    from margindist.losses import smooth_hinge, smooth_hinge_derivative
+    from margindist.torch._solver import _smooth_hinge
+
+    t = np.r_[np.linspace(-50, 50, 401), -1e8, 0.0, 1e-12, -1e-12]
+    for delta in (1e-3, 0.1, 2.0):
+        g, gd = _smooth_hinge(torch.as_tensor(t, dtype=torch.float64), delta)
+        np.testing.assert_allclose(g.numpy(), smooth_hinge(t, delta), rtol=1e-14, atol=0)
+        np.testing.assert_allclose(gd.numpy(), smooth_hinge_derivative(t, delta), rtol=1e-14, atol=1e-300)

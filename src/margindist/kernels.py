@@ -5,7 +5,7 @@ Every kernel method in margindist resolves its kernel parameters once per fit wi
 scikit-learn's definition), evaluates Gram blocks with :func:`kernel_matrix` /
 :func:`kernel_decision` (row chunks under a byte budget, never an n x m matrix above it),
 and, when a solver needs kernel columns on demand, uses :class:`KernelRowCache`, an LRU
-cache of kernel rows with a byte budget whose state is a tuple of arrays that numba-compiled
+cache of kernel rows with a byte budget whose state is a named tuple of arrays that numba-compiled
 solvers read through :func:`cache_row`. Rows are computed in float64 by vectorised loops (the
 dot products as axpy passes over X^T, exp by a polynomial with the exponent assembled in its
 bits) and stored in float64 or, as LIBSVM does, in float32 (:func:`cache_dtype` picks by the
@@ -20,6 +20,7 @@ Supported kernels: ``"linear"`` ``<x, z>``, ``"rbf"`` ``exp(-gamma ||x - z||^2)`
 from __future__ import annotations
 
 import numbers
+from collections import namedtuple
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -29,9 +30,14 @@ from numba import njit
 from sklearn.metrics.pairwise import pairwise_kernels
 
 from ._validation import check_callable_kernel_output
+from .solvers._rows import row_sq_norms
 
 KERNELS = ("linear", "rbf", "poly", "sigmoid", "precomputed")
-_KIND_CODE = {"linear": 0, "rbf": 1, "poly": 2, "sigmoid": 3, "precomputed": 4}
+
+#: Kernel kinds as compiled code sees them (:attr:`RowCacheState.kind`).
+KIND_LINEAR, KIND_RBF, KIND_POLY, KIND_SIGMOID, KIND_PRECOMPUTED = 0, 1, 2, 3, 4
+_KIND_CODE = {"linear": KIND_LINEAR, "rbf": KIND_RBF, "poly": KIND_POLY, "sigmoid": KIND_SIGMOID,
+              "precomputed": KIND_PRECOMPUTED}
 
 #: Default byte budget for a Gram block (chunked evaluation) and for the row cache.
 DEFAULT_BLOCK_BYTES = 64 * 2**20
@@ -199,7 +205,7 @@ def kernel_diag(spec: KernelSpec, X) -> np.ndarray:
         return np.asarray(np.diag(np.asarray(X)), dtype=np.float64).copy()
     if spec.kind == "callable":
         return np.array([_kernel_block(spec, X[i : i + 1], X[i : i + 1])[0, 0] for i in range(X.shape[0])])
-    sq = _row_sq_norms(X)
+    sq = row_sq_norms(X)
     if spec.kind == "linear":
         return sq
     if spec.kind == "rbf":
@@ -207,13 +213,6 @@ def kernel_diag(spec: KernelSpec, X) -> np.ndarray:
     if spec.kind == "poly":
         return (spec.gamma * sq + spec.coef0) ** spec.degree
     return np.tanh(spec.gamma * sq + spec.coef0)
-
-
-def _row_sq_norms(X) -> np.ndarray:
-    if sp.issparse(X):
-        return np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
-    X = np.asarray(X, dtype=np.float64)
-    return np.einsum("ij,ij->i", X, X)
 
 
 def rkhs_norm_sq(spec: KernelSpec, Z, coef, *, max_bytes: int = DEFAULT_BLOCK_BYTES) -> np.ndarray:
@@ -321,31 +320,31 @@ def _dot_rows_csr(data, indices, indptr, i, out, scratch):
 def compute_kernel_row(cache, i, out):
     """Fill ``out`` (length m, float64 or float32) with k(x_i, x_j) for all training rows j (no
     caching). The values are computed in float64 and rounded once when ``out`` is float32."""
-    kind = cache[5]
-    params = cache[6]
-    Xd = cache[7]
+    kind = cache.kind
+    params = cache.params
+    Xd = cache.X
     m = out.shape[0]
-    if kind == 4:  # precomputed: X is the (symmetric) Gram matrix
+    if kind == KIND_PRECOMPUTED:  # X is the (symmetric) Gram matrix
         for j in range(m):
             out[j] = Xd[i, j]
         return
-    work = cache[13]
+    work = cache.work
     buf = work[0]
     if Xd.shape[0] > 0:
         _dot_rows_dense(Xd, i, buf)
     else:
-        _dot_rows_csr(cache[8], cache[9], cache[10], i, buf, cache[12])
+        _dot_rows_csr(cache.data, cache.indices, cache.indptr, i, buf, cache.scratch)
     gamma, coef0, degree = params[0], params[1], params[2]
-    if kind == 1:
-        sqn = cache[11]
+    if kind == KIND_RBF:
+        sqn = cache.sq_norms
         si = sqn[i]
         for j in range(m):
             buf[j] = -gamma * max(si + sqn[j] - 2.0 * buf[j], 0.0)
         _exp_nonpositive(buf, work[1])
-    elif kind == 2:
+    elif kind == KIND_POLY:
         for j in range(m):
             buf[j] = (gamma * buf[j] + coef0) ** degree
-    elif kind == 3:
+    elif kind == KIND_SIGMOID:
         for j in range(m):
             buf[j] = np.tanh(gamma * buf[j] + coef0)
     for j in range(m):
@@ -360,7 +359,7 @@ def cache_row(cache, i):
     byte budget is full. Row i equals column i: all supported kernels are symmetric. The row has
     the cache's dtype (float64, or float32 with ``KernelRowCache(..., dtype=np.float32)``).
     """
-    slots, slot_of, row_of, stamp, counters = cache[0], cache[1], cache[2], cache[3], cache[4]
+    slots, slot_of, row_of, stamp, counters = cache.slots, cache.slot_of, cache.row_of, cache.stamp, cache.counters
     counters[0] += 1  # clock
     s = slot_of[i]
     if s >= 0:
@@ -390,7 +389,7 @@ def cache_row(cache, i):
 @njit(cache=True)
 def _fill_rows(cache, lo, hi):
     """Rows lo..hi-1 into their own slots (slot i = row i), each counted as a miss."""
-    slots, slot_of, row_of, stamp, counters = cache[0], cache[1], cache[2], cache[3], cache[4]
+    slots, slot_of = cache.slots, cache.slot_of
     for i in range(lo, hi):
         if slot_of[i] != i:
             compute_kernel_row(cache, i, slots[i])
@@ -400,7 +399,7 @@ def _fill_rows(cache, lo, hi):
 @njit(cache=True)
 def _claim_slot(cache, i):
     """Bookkeeping of a row written into slot i by the block fill."""
-    slot_of, row_of, stamp, counters = cache[1], cache[2], cache[3], cache[4]
+    slot_of, row_of, stamp, counters = cache.slot_of, cache.row_of, cache.stamp, cache.counters
     counters[0] += 1
     counters[2] += 1
     slot_of[i] = i
@@ -412,19 +411,19 @@ def _claim_slot(cache, i):
 
 @njit(cache=True)
 def _transform_block(kind, params, B, sq_rows, sq_cols, scratch):
-    """Dot products B[a, b] = <x_a, x_b> into kernel values in place (kinds 1-3; 0 = linear)."""
+    """Dot products B[a, b] = <x_a, x_b> into kernel values in place (nothing to do for linear)."""
     gamma, coef0, degree = params[0], params[1], params[2]
     for a in range(B.shape[0]):
         row = B[a]
-        if kind == 1:
+        if kind == KIND_RBF:
             sa = sq_rows[a]
             for b in range(row.shape[0]):
                 row[b] = -gamma * max(sa + sq_cols[b] - 2.0 * row[b], 0.0)
             _exp_nonpositive(row, scratch[: row.shape[0]])
-        elif kind == 2:
+        elif kind == KIND_POLY:
             for b in range(row.shape[0]):
                 row[b] = (gamma * row[b] + coef0) ** degree
-        elif kind == 3:
+        elif kind == KIND_SIGMOID:
             for b in range(row.shape[0]):
                 row[b] = np.tanh(gamma * row[b] + coef0)
 
@@ -448,6 +447,18 @@ def _store_block(slots, B, r0, tile):
                 dst = slots[r0 + b]
                 for a in range(a0, min(a1, b)):
                     dst[r0 + a] = B[a, b]
+
+
+#: The state of a :class:`KernelRowCache` as compiled code receives it. ``slots`` (n_slots, m):
+#: the cached rows (float32 or float64); ``slot_of`` (m,): the slot of each row (-1: not cached);
+#: ``row_of`` (n_slots,): the row in each slot; ``stamp`` (n_slots,): last use of each slot;
+#: ``counters``: [clock, hits, misses, used slots]; ``kind``: a ``KIND_*`` constant; ``params``:
+#: [gamma, coef0, degree]; ``X``: the Gram matrix (precomputed), X^T (d, m) for dense rows or
+#: empty for CSR rows; ``data``, ``indices``, ``indptr``: the CSR rows (sorted indices, float64)
+#: or empty; ``sq_norms``: ||x_i||^2; ``scratch``: a zeroed float64 vector of length d (CSR);
+#: ``work``: two float64 rows (the row being computed, exp scratch).
+RowCacheState = namedtuple("RowCacheState", ["slots", "slot_of", "row_of", "stamp", "counters", "kind", "params", "X",
+                                             "data", "indices", "indptr", "sq_norms", "scratch", "work"])
 
 
 #: Tolerances from which the estimators store kernel rows in float32 (see :func:`cache_dtype`).
@@ -482,8 +493,8 @@ class KernelRowCache:
 
     Attributes
     ----------
-    state : tuple
-        The arrays that numba solvers receive; read rows with :func:`cache_row`.
+    state : RowCacheState
+        The named tuple of arrays that numba solvers receive; read rows with :func:`cache_row`.
     diag : ndarray of shape (m,)
         k(x_i, x_i) in float64 (computed, not rounded to ``dtype``).
     n_slots : int
@@ -519,30 +530,30 @@ class KernelRowCache:
             # scipy's index dtype: int32, or int64 when nnz or the shape need it (numba compiles both)
             it = np.int64 if np.int64 in (Xc.indices.dtype, Xc.indptr.dtype) else np.int32
             data, indices, indptr = Xc.data, Xc.indices.astype(it, copy=False), Xc.indptr.astype(it, copy=False)
-            sqn = _row_sq_norms(Xc)
+            sqn = row_sq_norms(Xc)
             scratch = np.zeros(Xc.shape[1], dtype=np.float64)
         else:
             Xf = np.asarray(X, dtype=np.float64)
             Xd = np.ascontiguousarray(Xf.T)  # (d, m): a row is computed by d contiguous passes
             data, indices, indptr, scratch = empty_f, empty_i, empty_i, empty_f
-            sqn = _row_sq_norms(Xf)
+            sqn = row_sq_norms(Xf)
         n_slots = int(max(2, min(m, max_bytes // max(1, dtype.itemsize * m))))
         params = np.array([spec.gamma, spec.coef0, float(spec.degree)], dtype=np.float64)
-        self.state = (
-            np.empty((n_slots, m), dtype=dtype),  # 0 slots
-            np.full(m, -1, dtype=np.int64),  # 1 slot_of
-            np.full(n_slots, -1, dtype=np.int64),  # 2 row_of
-            np.zeros(n_slots, dtype=np.int64),  # 3 stamp
-            np.zeros(4, dtype=np.int64),  # 4 counters: clock, hits, misses, used slots
-            _KIND_CODE[kind],  # 5
-            params,  # 6
-            Xd,  # 7 Gram matrix (precomputed), X^T (dense) or empty (CSR)
-            data,  # 8
-            indices,  # 9
-            indptr,  # 10
-            sqn,  # 11
-            scratch,  # 12
-            np.empty((2, m), dtype=np.float64),  # 13 work rows (float64 row, exp scratch)
+        self.state = RowCacheState(
+            slots=np.empty((n_slots, m), dtype=dtype),
+            slot_of=np.full(m, -1, dtype=np.int64),
+            row_of=np.full(n_slots, -1, dtype=np.int64),
+            stamp=np.zeros(n_slots, dtype=np.int64),
+            counters=np.zeros(4, dtype=np.int64),
+            kind=_KIND_CODE[kind],
+            params=params,
+            X=Xd,
+            data=data,
+            indices=indices,
+            indptr=indptr,
+            sq_norms=sqn,
+            scratch=scratch,
+            work=np.empty((2, m), dtype=np.float64),
         )
         self.n_slots = n_slots
         self.spec = spec
@@ -573,9 +584,10 @@ class KernelRowCache:
         empty_f = np.zeros(0, dtype=np.float64)
         empty_i = np.zeros(0, dtype=np.int32)
         ident = np.arange(m, dtype=np.int64)
-        self.state = (G, ident, ident.copy(), np.zeros(m, dtype=np.int64), np.array([0, 0, 0, m], dtype=np.int64),
-                      _KIND_CODE["precomputed"], np.zeros(3), G, empty_f, empty_i, empty_i, empty_f, empty_f,
-                      np.empty((2, 0)))
+        self.state = RowCacheState(slots=G, slot_of=ident, row_of=ident.copy(), stamp=np.zeros(m, dtype=np.int64),
+                                   counters=np.array([0, 0, 0, m], dtype=np.int64), kind=KIND_PRECOMPUTED,
+                                   params=np.zeros(3), X=G, data=empty_f, indices=empty_i, indptr=empty_i,
+                                   sq_norms=empty_f, scratch=empty_f, work=np.empty((2, 0)))
         self.n_slots = m
         self.spec = KernelSpec("precomputed")
         self.dtype = G.dtype
@@ -597,21 +609,21 @@ class KernelRowCache:
         and nothing is when every row is cached, ``cache_row(state, i)`` is its row i.
         """
         state = self.state
-        slots, kind = state[0], state[5]
+        slots, kind = state.slots, state.kind
         m = slots.shape[1]
         if self.n_slots < m:
             raise ValueError(f"fill() needs room for all {m} rows; the budget holds {self.n_slots}.")
-        XT = state[7]
-        if kind == 4 or XT.shape[0] == 0:
+        XT = state.X
+        if kind == KIND_PRECOMPUTED or XT.shape[0] == 0:
             _fill_rows(state, 0, m)
             return slots
         X = XT.T  # (m, d) view, Fortran order: BLAS reads it transposed, no copy
-        sqn = state[11]
+        sqn = state.sq_norms
         step = int(max(16, min(m, block_bytes // (8 * m))))
         for r0 in range(0, m, step):
             r1 = min(r0 + step, m)
             B = np.ascontiguousarray(X[r0:r1] @ XT[:, r0:])  # rows r0..r1-1, columns r0..m-1
-            _transform_block(kind, state[6], B, sqn[r0:r1], sqn[r0:], state[13][1])
+            _transform_block(kind, state.params, B, sqn[r0:r1], sqn[r0:], state.work[1])
             _store_block(slots, B, r0, 128)
             for i in range(r0, r1):
                 _claim_slot(state, i)
@@ -620,12 +632,13 @@ class KernelRowCache:
     @property
     def is_full(self) -> bool:
         """Whether every row is cached (then no row is ever recomputed)."""
-        return bool(self.state[4][3] == self.state[1].shape[0] and np.all(self.state[1] >= 0))
+        st = self.state
+        return bool(st.counters[3] == st.slot_of.shape[0] and np.all(st.slot_of >= 0))
 
     @property
     def hits(self) -> int:
-        return int(self.state[4][1])
+        return int(self.state.counters[1])
 
     @property
     def misses(self) -> int:
-        return int(self.state[4][2])
+        return int(self.state.counters[2])

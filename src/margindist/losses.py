@@ -7,26 +7,55 @@ tests share one definition. Vectorised; no estimator objects.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from numba import njit
 
 __all__: list[str] = []
 
 
 # ---------------------------------------------------------------------------- smoothed hinge
+@njit(cache=True)
+def smooth_hinge_scalar(t, delta):
+    """(g(t), g'(t)) of the smoothed hinge of M3SVM at one point: the one definition, used by
+    :func:`smooth_hinge`, :func:`smooth_hinge_derivative` and the M3SVM solver's compiled data term.
+
+    g(t) = (t + r) / 2 and g'(t) = (1 + t / r) / 2 with r = sqrt(t^2 + delta^2); for t < 0 written
+    as g = delta^2 / (2 (r - t)) and g' = g / r, free of the cancellation of t + |t|. g' = 1/2 at
+    t = delta = 0.
+    """
+    r = math.hypot(t, delta)
+    if t < 0:
+        g = 0.5 * delta * delta / (r - t)
+        return g, g / r
+    return 0.5 * (t + r), 0.5 * (1.0 + t / r) if r > 0 else 0.5
+
+
+@njit(cache=True)
+def _smooth_hinge_array(t, delta, out_g, out_d):
+    for j in range(t.shape[0]):
+        out_g[j], out_d[j] = smooth_hinge_scalar(t[j], delta)
+
+
+def _smooth_hinge_both(t, delta):
+    t = np.asarray(t, dtype=np.float64)
+    flat = np.ascontiguousarray(t).ravel()
+    g = np.empty_like(flat)
+    gd = np.empty_like(flat)
+    _smooth_hinge_array(flat, float(delta), g, gd)
+    return g.reshape(t.shape), gd.reshape(t.shape)
+
+
 def smooth_hinge(t, delta):
     """The smoothed hinge of M3SVM (Nie, Hao, Wang 2024, Eq. 25): g(t) = (t + sqrt(t^2 + delta^2)) / 2.
 
     A function of t = 1 - margin (the hinge is max(0, t)). Convex, smooth for delta > 0, and
     0 <= g(t) - max(0, t) <= delta / 2 (the gap is largest at t = 0). For t < 0 it is evaluated as
-    delta^2 / (2 (sqrt(t^2 + delta^2) - t)), which avoids the cancellation of t + |t|.
+    delta^2 / (2 (sqrt(t^2 + delta^2) - t)), which avoids the cancellation of t + |t|
+    (:func:`smooth_hinge_scalar`).
     """
-    t = np.asarray(t, dtype=np.float64)
-    r = np.hypot(t, delta)
-    neg = t < 0
-    out = np.empty_like(r)
-    np.multiply(0.5, t + r, out=out, where=~neg)
-    np.divide(0.5 * delta * delta, r - t, out=out, where=neg)
-    return out
+    return _smooth_hinge_both(t, delta)[0]
 
 
 def smooth_hinge_derivative(t, delta):
@@ -34,16 +63,10 @@ def smooth_hinge_derivative(t, delta):
 
     For t < 0 written as delta^2 / (2 r (r - t)), r = sqrt(t^2 + delta^2), free of cancellation.
     """
-    t = np.asarray(t, dtype=np.float64)
-    r = np.hypot(t, delta)
-    neg = t < 0
-    out = np.empty_like(r)
-    np.multiply(0.5, 1.0 + t / np.where(r > 0, r, 1.0), out=out, where=~neg)
-    np.divide(np.divide(0.5 * delta * delta, r - t, where=neg, out=np.zeros_like(r)), r, out=out, where=neg)
-    return out
+    return _smooth_hinge_both(t, delta)[1]
 
 
-__all__ += ["smooth_hinge", "smooth_hinge_derivative"]
+__all__ += ["smooth_hinge", "smooth_hinge_derivative", "smooth_hinge_scalar"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,10 +11,11 @@ same way for every method.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
-__all__ = ["SolverResult"]
+__all__ = ["SolverResult", "UnpackableResult"]
 
 
 @dataclass(kw_only=True)
@@ -34,3 +35,24 @@ class SolverResult:
     n_iter: int
     converged: bool
     history: np.ndarray = field(default_factory=lambda: np.empty(0))
+
+
+@dataclass(kw_only=True)
+class UnpackableResult(SolverResult):
+    """A result that also unpacks and indexes, in the order of ``_unpack``, as the tuple its solver
+    returned before results had a type (``w, b, n_iter = odm_newton(...)`` and ``res[0]`` keep
+    working); new code reads the fields by name."""
+
+    _unpack: ClassVar[tuple[str, ...]] = ()
+
+    def _as_tuple(self):
+        return tuple(getattr(self, name) for name in self._unpack)
+
+    def __iter__(self):
+        return iter(self._as_tuple())
+
+    def __getitem__(self, index):
+        return self._as_tuple()[index]
+
+    def __len__(self):
+        return len(self._unpack)

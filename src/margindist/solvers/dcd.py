@@ -42,32 +42,32 @@ if variables were shrunk, all of them are checked once more before stopping.
 from __future__ import annotations
 
 import warnings
+from collections import namedtuple
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 from numba import njit
 from sklearn.exceptions import ConvergenceWarning
 
 from ..kernels import KernelRowCache, cache_row
+from ._result import SolverResult
+from ._rows import make_rows, row_axpy, row_dot, row_sq_norms, rng_shuffle, seed_from
 
-__all__ = ["DCDResult", "dcd_linear", "dcd_kernel", "csr_parts", "seed_from"]
+__all__ = ["BoxQP", "DCDOptions", "DCDResult", "KernelPath", "dcd_linear", "dcd_kernel"]
 
 
-@dataclass
-class DCDResult:
-    """Result of a DCD run.
+@dataclass(kw_only=True)
+class DCDResult(SolverResult):
+    """Result of a DCD run (``n_iter``: epochs; ``converged``: whether the stopping rule was met).
 
     a : the variables [alpha; beta] (length n_var); w : the primal vector of the linear path
     (length d + 1, last entry the bias weight) or None; u : Q gamma + o of the kernel path or
-    None; n_iter : epochs; converged : whether the stopping rule was met.
+    None.
     """
 
     a: np.ndarray
-    w: np.ndarray | None
-    u: np.ndarray | None
-    n_iter: int
-    converged: bool
+    w: np.ndarray | None = None
+    u: np.ndarray | None = None
 
     def gamma(self, m: int) -> np.ndarray:
         g = self.a[:m].copy()
@@ -79,60 +79,17 @@ class DCDResult:
 # ----------------------------------------------------------------------------- helpers
 
 
-@njit(cache=True)
-def _xorshift(state):
-    x = state[0]
-    x ^= x << np.uint64(13)
-    x ^= x >> np.uint64(7)
-    x ^= x << np.uint64(17)
-    state[0] = x
-    return x
+#: The per-variable terms of the box QP (see the module docstring) for the compiled epochs:
+#: y (m,), qd = Q_ii (m,), D, p, U (n_var,).
+BoxQP = namedtuple("BoxQP", ["y", "qd", "D", "p", "U"])
 
+#: How the epochs run: tolerance, epoch limit, shrinking on/off, and (kernel path) how many
+#: coordinate changes are applied to kv in one pass over their rows.
+DCDOptions = namedtuple("DCDOptions", ["tol", "max_iter", "shrinking", "group"])
 
-@njit(cache=True)
-def _shuffle(index, n, state):
-    for s in range(n - 1):
-        j = s + np.int64(_xorshift(state) % np.uint64(n - s))
-        tmp = index[s]
-        index[s] = index[j]
-        index[j] = tmp
-
-
-def seed_from(random_state) -> np.ndarray:
-    """A non-zero xorshift64 state (uint64 array of length 1) from an int / RandomState / None."""
-    from sklearn.utils import check_random_state
-
-    rs = check_random_state(random_state)
-    seed = int(rs.randint(1, 2**31 - 1)) * 2654435761 + 1
-    return np.array([seed % (2**64 - 1) or 1], dtype=np.uint64)
-
-
-def csr_parts(X):
-    """(dense 2-D array or empty, data, indices, indptr, is_sparse) for the numba kernels.
-
-    Dense X is made C-contiguous (no copy if it already is); CSR X keeps its value and index
-    dtypes (no copy; indices need not be sorted); nothing is densified. Empty placeholders have
-    the dtype of X so that numba compiles one variant per data type.
-    """
-    if sp.issparse(X):
-        Xc = X.tocsr()
-        dt = Xc.dtype if Xc.dtype in (np.float32, np.float64) else np.float64
-        it = Xc.indices.dtype if Xc.indices.dtype in (np.int32, np.int64) else np.int64
-        return (np.zeros((0, 0), dtype=dt), np.asarray(Xc.data, dtype=dt), np.asarray(Xc.indices, dtype=it),
-                np.asarray(Xc.indptr, dtype=it), True)
-    Xd = np.ascontiguousarray(X)
-    if Xd.dtype not in (np.float32, np.float64):
-        Xd = Xd.astype(np.float64)
-    return (Xd, np.zeros(0, dtype=Xd.dtype), np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int32), False)
-
-
-def row_sq_norms(X) -> np.ndarray:
-    """||x_i||^2 in float64 without densifying."""
-    if sp.issparse(X):
-        Xc = X.tocsr()
-        return np.asarray(Xc.multiply(Xc).sum(axis=1), dtype=np.float64).ravel()
-    Xf = np.asarray(X)
-    return np.einsum("ij,ij->i", Xf, Xf, dtype=np.float64)
+#: The state of the kernel path: the cache (:attr:`KernelRowCache.state`), kv = K Y gamma (m,),
+#: sb = [sum_i y_i gamma_i], the offset o (m,) and B^2.
+KernelPath = namedtuple("KernelPath", ["cache", "kv", "sb", "o", "bias2"])
 
 
 @njit(cache=True)
@@ -140,7 +97,7 @@ def _begin_epoch(stats, index, active, rng):
     """Reset the projected-gradient extremes and shuffle the active variables."""
     stats[0] = -np.inf
     stats[1] = np.inf
-    _shuffle(index, active, rng)
+    rng_shuffle(index, active, rng)
 
 
 @njit(cache=True)
@@ -174,31 +131,6 @@ def _end_epoch(stats, pg_old, active, m, tol):
 
 
 # ----------------------------------------------------------------------------- linear path
-
-
-@njit(cache=True)
-def _row_dot(Xd, data, indices, indptr, sparse, i, w, bias):
-    acc = 0.0
-    d = w.shape[0] - 1
-    if sparse:
-        for t in range(indptr[i], indptr[i + 1]):
-            acc += w[indices[t]] * data[t]
-    else:
-        for f in range(d):
-            acc += w[f] * Xd[i, f]
-    return acc + w[d] * bias
-
-
-@njit(cache=True)
-def _row_axpy(Xd, data, indices, indptr, sparse, i, coef, w, bias):
-    d = w.shape[0] - 1
-    if sparse:
-        for t in range(indptr[i], indptr[i + 1]):
-            w[indices[t]] += coef * data[t]
-    else:
-        for f in range(d):
-            w[f] += coef * Xd[i, f]
-    w[d] += coef * bias
 
 
 @njit(cache=True)
@@ -250,14 +182,10 @@ def _coordinate_steps(i, m, n_sides, ui, qdi, D, p, U, a, shrinking, pg_max_old,
 
 
 @njit(cache=True)
-def _linear_w(Xd, data, indices, indptr, sparse, bias, y, gamma, w):
+def _linear_w(rows, y, gamma, w):
     for i in range(y.shape[0]):
         if gamma[i] != 0.0:
-            _row_axpy(Xd, data, indices, indptr, sparse, i, gamma[i] * y[i], w, bias)
-
-
-#: Placeholder cache for the linear path of :func:`_dcd_core`.
-_NO_CACHE = KernelRowCache.from_gram(np.zeros((1, 1)))
+            row_axpy(rows, i, gamma[i] * y[i], w)
 
 
 def _as_arrays(n_var, D, p, U):
@@ -314,18 +242,17 @@ def dcd_linear(X, y, D, p, U, *, n_var, bias=1.0, w0=None, a0=None, tol=1e-3, ma
     if n_var not in (m, 2 * m):
         raise ValueError(f"n_var must be m or 2 m; got {n_var} for m = {m}.")
     D, p, U = _as_arrays(n_var, D, p, U)
-    Xd, data, indices, indptr, sparse = csr_parts(X)
-    qd = row_sq_norms(X) + bias * bias
+    rows = make_rows(X, float(bias))
+    qd = row_sq_norms(X, float(bias))
     a = _initial_a(a0, n_var, U)
     w = np.zeros(d + 1) if w0 is None else np.array(w0, dtype=np.float64).ravel()
     if w.shape[0] != d + 1:
         raise ValueError(f"w0 has length {w.shape[0]}, expected {d + 1}.")
     gamma = a[:m] - a[m:] if n_var == 2 * m else a.copy()
     if np.any(gamma != 0):
-        _linear_w(Xd, data, indices, indptr, sparse, float(bias), y, gamma, w)
-    e = np.zeros(0)
-    it, conv = _dcd_core(False, Xd, data, indices, indptr, sparse, w, _NO_CACHE.state, e, e, e, y, float(bias), qd,
-                         D, p, U, a, float(tol), int(max_iter), bool(shrinking), seed_from(random_state), 1)
+        _linear_w(rows, y, gamma, w)
+    it, conv = _linear_epochs(rows, w, BoxQP(y, qd, D, p, U), DCDOptions(float(tol), int(max_iter), bool(shrinking), 1),
+                              a, seed_from(random_state))
     if not conv:
         _warn(it, tol, warn_label)
     return DCDResult(a=a, w=w, u=None, n_iter=int(it), converged=bool(conv))
@@ -366,60 +293,85 @@ def _flush(slots, ps, pc, n, kv):
 
 
 @njit(cache=True)
-def _dcd_core(kernel, Xd, data, indices, indptr, sparse, w, cache, kv, sb, o, y, bias, qd, D, p, U, a, tol,
-              max_iter, shrinking, rng, group):
-    """The epochs of both data paths (see the module docstring).
-
-    kernel=False: u_i = y_i <w, xh_i> from X (dense or CSR) and w, updated by an axpy of x_i.
-    kernel=True: u_i = y_i (kv_i + bias^2 sb) + o_i with kv = K Y gamma and sb = sum_i y_i gamma_i.
-    A change of gamma_i needs kernel row i; the changes of up to ``group`` coordinates are kept
-    pending and added to kv in one pass over their rows, while the coordinates visited in between
-    see them through the entries K[i_t, i] of the pending rows (the same steps as one at a time).
-    The arrays of the other path are unused placeholders. Returns (epochs, converged)."""
+def _linear_epochs(rows, w, qp, opts, a, rng):
+    """The epochs of the linear path: u_i = y_i <w, xh_i> from the rows (dense or CSR, with the
+    bias column) and w, which a change of gamma_i updates by an axpy of xh_i. Updates a and w in
+    place; returns (epochs, converged)."""
+    y = qp.y
     m = y.shape[0]
     n_sides = a.shape[0] // m
-    bias2 = bias * bias
     index = np.arange(m)
     active = m
     pg_old = np.array([np.inf, -np.inf])
     stats = np.empty(2)
-    slots, slot_of = cache[0], cache[1]
-    group = min(group, slots.shape[0] - 1)  # pending rows must stay cached while the next is fetched
+    it = 0
+    converged = False
+    while it < opts.max_iter and not converged:
+        _begin_epoch(stats, index, active, rng)
+        s = 0
+        while s < active:
+            i = index[s]
+            ui = y[i] * row_dot(rows, i, w)
+            dg, shrink = _coordinate_steps(i, m, n_sides, ui, qp.qd[i], qp.D, qp.p, qp.U, a, opts.shrinking,
+                                           pg_old[0], pg_old[1], stats)
+            if dg != 0.0:
+                row_axpy(rows, i, dg * y[i], w)
+            if shrink:
+                active = _shrink(index, s, active)
+            else:
+                s += 1
+        it += 1
+        converged, active = _end_epoch(stats, pg_old, active, m, opts.tol)
+    return it, converged
+
+
+@njit(cache=True)
+def _kernel_epochs(kp, qp, opts, a, rng):
+    """The epochs of the kernel path: u_i = y_i (kv_i + B^2 sb) + o_i with kv = K Y gamma and
+    sb = sum_i y_i gamma_i (``kp``, a :data:`KernelPath`, updated in place with a).
+
+    A change of gamma_i needs kernel row i; the changes of up to ``opts.group`` coordinates are
+    kept pending and added to kv in one pass over their rows, while the coordinates visited in
+    between see them through the entries K[i_t, i] of the pending rows (the same steps as one at
+    a time). Returns (epochs, converged)."""
+    y, cache, kv, sb, o, bias2 = qp.y, kp.cache, kp.kv, kp.sb, kp.o, kp.bias2
+    m = y.shape[0]
+    n_sides = a.shape[0] // m
+    index = np.arange(m)
+    active = m
+    pg_old = np.array([np.inf, -np.inf])
+    stats = np.empty(2)
+    slots, slot_of = cache.slots, cache.slot_of
+    group = min(opts.group, slots.shape[0] - 1)  # pending rows must stay cached while the next is fetched
     ps = np.zeros(max(group, 1), dtype=np.int64)
     pc = np.zeros(max(group, 1))
     npend = 0
     it = 0
     converged = False
-    while it < max_iter and not converged:
+    while it < opts.max_iter and not converged:
         _begin_epoch(stats, index, active, rng)
         s = 0
         while s < active:
             i = index[s]
-            if kernel:
-                ki = kv[i]
-                for t in range(npend):
-                    ki += pc[t] * slots[ps[t], i]
-                ui = y[i] * (ki + bias2 * sb[0]) + o[i]
-            else:
-                ui = y[i] * _row_dot(Xd, data, indices, indptr, sparse, i, w, bias)
-            dg, shrink = _coordinate_steps(i, m, n_sides, ui, qd[i], D, p, U, a, shrinking, pg_old[0],
-                                           pg_old[1], stats)
+            ki = kv[i]
+            for t in range(npend):
+                ki += pc[t] * slots[ps[t], i]
+            ui = y[i] * (ki + bias2 * sb[0]) + o[i]
+            dg, shrink = _coordinate_steps(i, m, n_sides, ui, qp.qd[i], qp.D, qp.p, qp.U, a, opts.shrinking,
+                                           pg_old[0], pg_old[1], stats)
             if dg != 0.0:
                 c = dg * y[i]
-                if kernel:
-                    sb[0] += c
-                    if group <= 1:
-                        _add_row(cache, i, c, kv)
-                    else:
-                        cache_row(cache, i)
-                        ps[npend] = slot_of[i]
-                        pc[npend] = c
-                        npend += 1
-                        if npend == group:
-                            _flush(slots, ps, pc, npend, kv)
-                            npend = 0
+                sb[0] += c
+                if group <= 1:
+                    _add_row(cache, i, c, kv)
                 else:
-                    _row_axpy(Xd, data, indices, indptr, sparse, i, c, w, bias)
+                    cache_row(cache, i)
+                    ps[npend] = slot_of[i]
+                    pc[npend] = c
+                    npend += 1
+                    if npend == group:
+                        _flush(slots, ps, pc, npend, kv)
+                        npend = 0
             if shrink:
                 active = _shrink(index, s, active)
             else:
@@ -428,7 +380,7 @@ def _dcd_core(kernel, Xd, data, indices, indptr, sparse, w, cache, kv, sb, o, y,
             _flush(slots, ps, pc, npend, kv)
             npend = 0
         it += 1
-        converged, active = _end_epoch(stats, pg_old, active, m, tol)
+        converged, active = _end_epoch(stats, pg_old, active, m, opts.tol)
     return it, converged
 
 
@@ -469,8 +421,8 @@ def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=N
         if np.shape(gram) != (m, m):
             raise ValueError(f"gram must be {m} x {m}; got {np.shape(gram)}.")
         cache = KernelRowCache.from_gram(gram)
-    elif cache.state[1].shape[0] != m:
-        raise ValueError(f"The cache holds {cache.state[1].shape[0]} rows; y has {m}.")
+    elif cache.state.slot_of.shape[0] != m:
+        raise ValueError(f"The cache holds {cache.state.slot_of.shape[0]} rows; y has {m}.")
     qd = np.asarray(cache.diag, dtype=np.float64) + bias2
     a = _initial_a(a0, n_var, U)
     o = np.zeros(m) if u0 is None else np.array(u0, dtype=np.float64).ravel()
@@ -479,10 +431,9 @@ def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=N
     gamma = a[:m] - a[m:] if n_var == 2 * m else a.copy()
     if np.any(gamma != 0):
         _kernel_kv(cache.state, y, gamma, kv, sb)
-    Xd, data, indices, indptr, _ = csr_parts(np.zeros((0, 0)))
-    it, conv = _dcd_core(True, Xd, data, indices, indptr, False, np.zeros(1), cache.state, kv, sb, o, y,
-                         float(bias), qd, D, p, U, a, float(tol), int(max_iter), bool(shrinking),
-                         seed_from(random_state), _GROUP)
+    it, conv = _kernel_epochs(KernelPath(cache.state, kv, sb, o, bias2), BoxQP(y, qd, D, p, U),
+                              DCDOptions(float(tol), int(max_iter), bool(shrinking), _GROUP), a,
+                              seed_from(random_state))
     if not conv:
         _warn(it, tol, warn_label)
     u = y * (kv + bias2 * sb[0]) + o

@@ -33,31 +33,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
+
+from ._result import SolverResult
+from ._rows import row_sq_norms
 
 __all__ = ["FMMResult", "fmm", "row_norm_max"]
 
 
-@dataclass
-class FMMResult:
+@dataclass(kw_only=True)
+class FMMResult(SolverResult):
+    """A run of :func:`fmm` (``n_iter``: iterations)."""
+
     w: np.ndarray  # weights on the scaled features z (unnormalised)
     b: float  # weight of the constant feature (0 without intercept)
     radius: float  # R
-    n_iter: int
     margins: np.ndarray  # gamma(w_t), t = 1..n_iter
     dual: np.ndarray  # ||Z^T q_t||, t = 0..n_iter - 1 (upper bounds of gamma* on separable data)
-    converged: bool
 
 
 def row_norm_max(X, fit_intercept):
     """R = max_i ||[x_i, 1]|| (or max_i ||x_i|| without the intercept)."""
-    if sp.issparse(X):
-        sq = np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
-    else:
-        Xa = np.asarray(X)
-        sq = np.einsum("ij,ij->i", Xa, Xa, dtype=np.float64)
-    if fit_intercept:
-        sq = sq + 1.0
+    sq = row_sq_norms(X, 1.0 if fit_intercept else None)
     return float(np.sqrt(sq.max())) if sq.size else 0.0
 
 
@@ -86,7 +82,8 @@ def fmm(X, y, sample_weight=None, *, step=1.0, max_iter=400, fit_intercept=True,
     logs = np.log(sw)
     R = row_norm_max(X, fit_intercept)
     if R == 0.0:
-        return FMMResult(np.zeros(d), 0.0, 1.0, 0, np.empty(0), np.empty(0), False)
+        return FMMResult(w=np.zeros(d), b=0.0, radius=1.0, n_iter=0, margins=np.empty(0), dual=np.empty(0),
+                         converged=False)
     yR = y / R
 
     def ztq(q):  # Z^T q

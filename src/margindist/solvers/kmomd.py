@@ -62,14 +62,15 @@ Back ends
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from ..kernels import (DEFAULT_CACHE_BYTES, KernelRowCache, KernelSpec, cache_row, csr_clear, csr_row_dot,
-                       csr_scatter, kernel_decision)
+from ..kernels import DEFAULT_CACHE_BYTES, KernelRowCache, KernelSpec, cache_row, kernel_decision
+from ._result import SolverResult
+from ._rows import make_rows, row_axpy, row_dot, row_sq_norms, rows_dot
 
 __all__ = [
     "KMOMDResult",
@@ -91,8 +92,8 @@ _HULL_TOUCH = 1e-12
 _CONVERGED, _MAX_ITER, _HULLS_TOUCH = 0, 1, 2
 
 
-@dataclass
-class KMOMDResult:
+@dataclass(kw_only=True)
+class KMOMDResult(SolverResult):
     """Solution of one binary KM-OMD problem.
 
     gamma : distribution over the rows (each class sums to 1); scores : s_j = <v, phi(x_j)>;
@@ -109,11 +110,8 @@ class KMOMDResult:
     scores: np.ndarray
     theta: float
     objective: float
-    n_iter: int
-    converged: bool
     violation: float
     status: str = "converged"
-    history: np.ndarray = field(default_factory=lambda: np.zeros(0))
     coef: np.ndarray | None = None
     lbfgs_iter: int = 0
     newton_iter: int = 0
@@ -189,62 +187,62 @@ def _pair_step(gamma, G, inv_w, lam, g_r, g_q, dist_sq, r, q):
 
 
 @njit(cache=True)
-def _linear_delta(mode, Xd, data, indices, indptr, r, q, c, v, u, delta):
-    """Linear back end: u_j = <x_j, c (x_r - x_q)> for all rows; v += c (x_r - x_q).
-
-    ``delta`` is a zeroed scratch of length d (left zeroed)."""
-    m = u.shape[0]
-    if mode == 1:
-        d = Xd.shape[1]
-        for f in range(d):
-            delta[f] = c * (Xd[r, f] - Xd[q, f])
-            v[f] += delta[f]
-        for j in range(m):
-            s = 0.0
-            for f in range(d):
-                s += Xd[j, f] * delta[f]
-            u[j] = s
-        for f in range(d):
-            delta[f] = 0.0
+def _clear_rows(rows, r, q, delta):
+    """delta = 0 after it held a combination of rows r and q (only their entries for CSR rows)."""
+    if rows.sparse:
+        for i in (r, q):
+            for t in range(rows.indptr[i], rows.indptr[i + 1]):
+                delta[rows.indices[t]] = 0.0
     else:
-        for sign, i in ((1.0, r), (-1.0, q)):
-            csr_scatter(data, indices, indptr, i, sign * c, delta)
-            csr_scatter(data, indices, indptr, i, sign * c, v)
-        for j in range(m):
-            u[j] = csr_row_dot(data, indices, indptr, j, delta)
-        csr_clear(indices, indptr, r, delta)
-        csr_clear(indices, indptr, q, delta)
+        delta[:] = 0.0
 
 
 @njit(cache=True)
-def _linear_dot(mode, Xd, data, indices, indptr, r, q, delta):
-    """<x_r, x_q> for dense (mode 1) or CSR (mode 2) rows; ``delta`` is a zeroed scratch."""
-    if mode == 1:
-        s = 0.0
-        for f in range(Xd.shape[1]):
-            s += Xd[r, f] * Xd[q, f]
-        return s
-    csr_scatter(data, indices, indptr, r, 1.0, delta)
-    s = csr_row_dot(data, indices, indptr, q, delta)
-    csr_clear(indices, indptr, r, delta)
+def _linear_delta(rows, r, q, c, v, u, delta):
+    """Linear back end: u_j = <x_j, c (x_r - x_q)> for all rows; v += c (x_r - x_q).
+
+    ``delta`` is a zeroed scratch of length d (left zeroed)."""
+    if rows.sparse:
+        row_axpy(rows, r, c, delta)
+        row_axpy(rows, r, c, v)
+        row_axpy(rows, q, -c, delta)
+        row_axpy(rows, q, -c, v)
+    else:
+        X = rows.dense
+        for f in range(rows.n_features):
+            delta[f] = c * (X[r, f] - X[q, f])
+            v[f] += delta[f]
+    rows_dot(rows, delta, u)
+    _clear_rows(rows, r, q, delta)
+
+
+@njit(cache=True)
+def _linear_dot(rows, r, q, delta):
+    """<x_r, x_q>; ``delta`` is a zeroed scratch (left zeroed)."""
+    if not rows.sparse:
+        return row_dot(rows, q, rows.dense[r])
+    row_axpy(rows, r, 1.0, delta)
+    s = row_dot(rows, q, delta)
+    _clear_rows(rows, r, r, delta)
     return s
 
 
 @njit(cache=True)
-def _smo(mode, cache, diag, Xd, data, indices, indptr, v, y, inv_w, lam, gamma, G, m_pos, tol, it0, max_iter,
-         obj, obj0, hist_every, hist, n_hist0):
+def _smo(kernel, cache, diag, rows, v, y, inv_w, lam, gamma, G, m_pos, tol, it0, max_iter, obj, obj0, hist_every,
+         hist, n_hist0):
     """Pair updates until the stopping rule holds or max_iter; rows 0..m_pos-1 are the positive
     class, the rest the negative class.
 
-    mode 0: kernel rows from the row cache ``cache`` (``diag`` = k(x_i, x_i)); mode 1: linear
-    primal on dense ``Xd`` (``diag`` = ||x_i||^2), mode 2: on CSR (data, indices, indptr); ``v`` =
-    sum_i y_i gamma_i x_i is kept up to date in modes 1 and 2. The count of updates starts at ``it0``
+    ``kernel``: kernel rows from the row cache ``cache`` (``diag`` = k(x_i, x_i)); otherwise the
+    linear primal on ``rows`` (:class:`~margindist.solvers._rows.Rows`, dense or CSR, no bias column;
+    ``diag`` = ||x_i||^2), where ``v`` = sum_i y_i gamma_i x_i is kept up to date. The arguments of
+    the other back end are unused placeholders. The count of updates starts at ``it0``
     (a resumed run) and ``max_iter`` caps the total; history entries continue at ``n_hist0``.
     Returns (n_iter, violation, objective, n_hist, status).
     """
     m = G.shape[0]
     a = 2.0 * (1.0 - lam)
-    u = np.zeros(m if mode != 0 else 1, dtype=np.float64)
+    u = np.zeros(1 if kernel else m, dtype=np.float64)
     zero = np.zeros(u.shape[0], dtype=np.float64)
     delta = np.zeros(v.shape[0], dtype=np.float64)
     gmin_p, gmax_p, r_p, q_p = _select_range(G, gamma, 0, m_pos)
@@ -272,7 +270,7 @@ def _smo(mode, cache, diag, Xd, data, indices, indptr, v, y, inv_w, lam, gamma, 
         g_r = G[r]
         g_q = G[q]
         yc = y[r]
-        if mode == 0:
+        if kernel:
             Kr = cache_row(cache, r)
             Kq = cache_row(cache, q)  # the LRU keeps r's slot: it was used last
             dist_sq = diag[r] + diag[q] - 2.0 * np.float64(Kr[q])
@@ -282,9 +280,9 @@ def _smo(mode, cache, diag, Xd, data, indices, indptr, v, y, inv_w, lam, gamma, 
             gmin_p, gmax_p, r_p, q_p = _update_select_range(G, gamma, 0, m_pos, Kr, Kq, k)
             gmin_n, gmax_n, r_n, q_n = _update_select_range(G, gamma, m_pos, m, Kr, Kq, -k)
         else:
-            dist_sq = diag[r] + diag[q] - 2.0 * _linear_dot(mode, Xd, data, indices, indptr, r, q, delta)
+            dist_sq = diag[r] + diag[q] - 2.0 * _linear_dot(rows, r, q, delta)
             eps, d_obj = _pair_step(gamma, G, inv_w, lam, g_r, g_q, dist_sq, r, q)
-            _linear_delta(mode, Xd, data, indices, indptr, r, q, yc * eps, v, u, delta)
+            _linear_delta(rows, r, q, yc * eps, v, u, delta)
             gmin_p, gmax_p, r_p, q_p = _update_select_range(G, gamma, 0, m_pos, u, zero, a)
             gmin_n, gmax_n, r_n, q_n = _update_select_range(G, gamma, m_pos, m, u, zero, -a)
         obj += d_obj
@@ -443,9 +441,8 @@ class _SMORun:
     """The SMO on class-ordered rows, resumable: :meth:`run` continues from the current
     (gamma, G) up to a total of ``max_iter`` updates; the history and the count carry over."""
 
-    def __init__(self, mode, cache_state, diag, Xd, data, indices, indptr, v, y, w, lam, gamma, G, *, tol,
-                 history_every):
-        self.args = (mode, cache_state, diag, Xd, data, indices, indptr, v, y)
+    def __init__(self, kernel, cache_state, diag, rows, v, y, w, lam, gamma, G, *, tol, history_every):
+        self.args = (kernel, cache_state, diag, rows, v, y)
         self.y, self.w, self.lam, self.tol = y, w, float(lam), float(tol)
         self.inv_w = 1.0 / w
         self.gamma, self.G = gamma, np.ascontiguousarray(G, dtype=np.float64)
@@ -717,9 +714,8 @@ def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-
     s = np.zeros((1, m))
     _rows_combination(cache.state, sv, (y[sv] * gamma[sv])[None, :], s)
     G = 2.0 * (1.0 - lam) * y * s[0] + 2.0 * lam * gamma / w
-    e_f, e_i = np.zeros(0), np.zeros(0, dtype=np.int64)
-    smo = _SMORun(0, cache.state, np.ascontiguousarray(cache.diag, dtype=np.float64), np.zeros((0, 0)), e_f, e_i,
-                  e_i, e_f, y, w, lam, gamma, G, tol=tol, history_every=history_every)
+    smo = _SMORun(True, cache.state, np.ascontiguousarray(cache.diag, dtype=np.float64), make_rows(np.zeros((0, 0))),
+                  np.zeros(0), y, w, lam, gamma, G, tol=tol, history_every=history_every)
     use_newton = newton is True or (newton == "auto" and m >= _NEWTON_MIN_M and 0.0 < lam < 1.0)
     n_newton = 0
     if use_newton and lam > 0.0:
@@ -860,15 +856,10 @@ def kmomd_linear(X, y, sample_weight=None, lam=0.1, *, tol=1e-3, max_iter=10_000
     if sp.issparse(X):
         Xc = sp.csr_matrix(X, dtype=np.float64)
         Xc.sort_indices()
-        Xd = np.zeros((0, 0))
-        data, indices, indptr = Xc.data, Xc.indices.astype(np.int64), Xc.indptr.astype(np.int64)
-        sqn = np.asarray(Xc.multiply(Xc).sum(axis=1), dtype=np.float64).ravel()
-        mode = 2
     else:
-        Xc = Xd = np.ascontiguousarray(X, dtype=np.float64)
-        data, indices, indptr = np.zeros(0), np.zeros(0, np.int64), np.zeros(1, np.int64)
-        sqn = np.einsum("ij,ij->i", Xd, Xd)
-        mode = 1
+        Xc = np.ascontiguousarray(X, dtype=np.float64)
+    rows = make_rows(Xc)
+    sqn = row_sq_norms(Xc)
     n_lbfgs = 0
     if lam == 1.0:
         gamma = initial_distribution(y, w, "uniform")
@@ -886,7 +877,7 @@ def kmomd_linear(X, y, sample_weight=None, lam=0.1, *, tol=1e-3, max_iter=10_000
     if lam == 1.0:
         return _result(gamma, s, y, w, lam, 0, 0.0, "converged", np.array([0.0]), perm=perm, coef=v)
     G = 2.0 * (1.0 - lam) * y * s + 2.0 * lam * gamma / w
-    smo = _SMORun(mode, _dummy_cache(), sqn, Xd, data, indices, indptr, v, y, w, lam, gamma, G, tol=tol,
+    smo = _SMORun(False, _dummy_cache(), sqn, rows, v, y, w, lam, gamma, G, tol=tol,
                   history_every=history_every).run(max_iter)
     s = np.asarray(Xc @ v, dtype=np.float64).ravel()  # exact scores from the final v
     res = _result(gamma, s, y, w, lam, smo.it, smo.violation, smo.status, smo.history, perm=perm, coef=v)

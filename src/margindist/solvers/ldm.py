@@ -39,6 +39,7 @@ Dual (paper Eq. 12), c = 4 lambda1 / S^2, shift = (lambda2 / S) s:
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg as sla
@@ -46,7 +47,9 @@ from scipy.linalg import lapack
 import scipy.sparse as sp
 from numba import njit
 
-from .dcd import csr_parts, dcd_kernel, dcd_linear
+from ._result import UnpackableResult
+from ._rows import make_rows, row_axpy, row_axpy2, row_dot, row_sq_norms
+from .dcd import dcd_kernel, dcd_linear
 
 @njit(cache=True)
 def _store(scal, wdiv, adiv, wfrac, t, abar_nz, pm):
@@ -79,6 +82,8 @@ def _symmetrize(A):
 
 
 __all__ = [
+    "LDMKernelResult",
+    "LDMLinearResult",
     "ldm_primal_objective",
     "LDMKernelBase",
     "LDMKernelSystem",
@@ -216,12 +221,41 @@ class LDMKernelSystem:
         return Einv_v + (self.c / self.den) * float(self._f @ v) * self._Eq
 
 
+@dataclass(kw_only=True)
+class LDMKernelResult(UnpackableResult):
+    """A kernel LDM run: alpha (f(x) = sum_j alpha_j (k(x_j, x) + B^2)), the dual variables beta
+    and the dual value e^T beta - 1/2 (beta + shift)^T H (beta + shift). Unpacks as
+    (alpha, beta, n_iter, dual)."""
+
+    _unpack = ("alpha", "beta", "n_iter", "dual")
+    alpha: np.ndarray
+    beta: np.ndarray
+    dual: float
+
+
+@dataclass(kw_only=True)
+class LDMLinearResult(UnpackableResult):
+    """A linear LDM run: w (d,), b, and the DCD's beta with its dual value e^T beta - 1/2 ||wt||^2
+    (unpacks as (w, b, beta, n_iter, dual)), or the averaged-SGD state (unpacks as
+    (w, b, state, n_iter); ``n_iter``: epochs, a fixed number, so ``converged`` is True)."""
+
+    w: np.ndarray
+    b: float
+    beta: np.ndarray | None = None
+    dual: float | None = None
+    state: object = None
+
+    @property
+    def _unpack(self):
+        return ("w", "b", "state", "n_iter") if self.beta is None else ("w", "b", "beta", "n_iter", "dual")
+
+
 def ldm_dcd_kernel(G, y, sample_weight, lambda1, lambda2, C, *, tol=1e-3, max_iter=1000, beta0=None,
                    shrinking=True, random_state=None, overwrite=False, base=None):
     """Kernel LDM: set up H (O(m^3)), DCD over beta, alpha from one solve.
 
     G must include the constant feature (k + B^2) (unused when a shared ``base`` is given).
-    Returns (alpha, beta, n_iter, dual value e^T beta - 1/2 (beta + shift)^T H (beta + shift)).
+    Returns an :class:`LDMKernelResult`.
     """
     s = np.asarray(sample_weight, dtype=np.float64)
     if base is None:
@@ -236,7 +270,8 @@ def ldm_dcd_kernel(G, y, sample_weight, lambda1, lambda2, C, *, tol=1e-3, max_it
                      warn_label="LDM")
     beta = res.a
     dual = float(beta.sum() - 0.5 * (beta + shift) @ res.u)
-    return system.alpha(beta, lambda2), beta, res.n_iter, dual
+    return LDMKernelResult(alpha=system.alpha(beta, lambda2), beta=beta, dual=dual, n_iter=res.n_iter,
+                           converged=res.converged)
 
 
 # ----------------------------------------------------------------------------- linear dual
@@ -347,7 +382,7 @@ def ldm_dcd_linear(X, y, sample_weight, lambda1, lambda2, C, *, bias=1.0, tol=1e
                    beta0=None, shrinking=True, random_state=None, factor=None):
     """Linear LDM by DCD over beta on the transformed data Z.
 
-    Returns (w (d,), b, beta, n_iter, dual value e^T beta - 1/2 ||wt||^2).
+    Returns an :class:`LDMLinearResult` with beta and the dual value.
     """
     y = np.asarray(y, dtype=np.float64)
     s = np.asarray(sample_weight, dtype=np.float64)
@@ -361,65 +396,22 @@ def ldm_dcd_linear(X, y, sample_weight, lambda1, lambda2, C, *, bias=1.0, tol=1e
     wt = res.w[:-1]
     v = LTinv(wt)
     dual = float(res.a.sum() - 0.5 * wt @ wt)
-    return v[:-1].copy(), float(bias * v[-1]), res.a, res.n_iter, dual
+    return LDMLinearResult(w=v[:-1].copy(), b=float(bias * v[-1]), beta=res.a, dual=dual, n_iter=res.n_iter,
+                           converged=res.converged)
 
 
 # ----------------------------------------------------------------------------- averaged SGD
 
 
 @njit(cache=True, fastmath={"reassoc", "contract"})
-def _dense_dot_w(Xd, i, wa, bias):
-    """xh_i . w for a dense row, the sum reassociated so that it vectorises."""
-    d = wa.shape[0] - 1
-    acc = 0.0
-    for f in range(d):
-        acc += wa[f, 0] * Xd[i, f]
-    return acc + wa[d, 0] * bias
-
-
-# The row kernels below are inlined into the pass (a call costs about a tenth of a sparse
-# step); the dense dot stays a call, which keeps its fastmath flags.
-@njit(cache=True, inline="always")
-def _dot_w(Xd, data, indices, indptr, sparse, i, wa, bias):
-    """xh_i . w with w = wa[:, 0]."""
-    if not sparse:
-        return _dense_dot_w(Xd, i, wa, bias)
-    acc = 0.0
-    for t in range(indptr[i], indptr[i + 1]):
-        acc += wa[indices[t], 0] * data[t]
-    return acc + wa[wa.shape[0] - 1, 0] * bias
-
-
-@njit(cache=True, inline="always")
-def _axpy_w(Xd, data, indices, indptr, sparse, i, wa, a, b, both, bias):
-    """wa[:, 0] += a xh_i and, if ``both``, wa[:, 1] += b xh_i in the same pass over the row."""
-    d = wa.shape[0] - 1
-    if sparse:
-        if both:
-            for t in range(indptr[i], indptr[i + 1]):
-                f = indices[t]
-                x = data[t]
-                wa[f, 0] += a * x
-                wa[f, 1] += b * x
-        else:
-            for t in range(indptr[i], indptr[i + 1]):
-                wa[indices[t], 0] += a * data[t]
-    elif both:
-        for f in range(d):
-            x = Xd[i, f]
-            wa[f, 0] += a * x
-            wa[f, 1] += b * x
-    else:
-        for f in range(d):
-            wa[f, 0] += a * Xd[i, f]
-    wa[d, 0] += a * bias
-    if both:
-        wa[d, 1] += b * bias
+def _dense_dot(rows, i, w):
+    """xh_i . w for a dense row, the sum reassociated so that it vectorises (the row function is
+    inlined here and takes these flags)."""
+    return row_dot(rows, i, w)
 
 
 @njit(cache=True)
-def _asgd_pass(Xd, data, indices, indptr, sparse, bias, y, sfac, xmu, mu, order, lam3, l1, l2, eta0,
-               eta_const, t0, wa, scal, average):
+def _asgd_pass(rows, y, sfac, xmu, mu, order, lam3, l1, l2, eta0, eta_const, t0, wa, scal, average):
     """One pass of (averaged) SGD over the rows ``order``. Returns 0, or 1 if the weights blew up.
 
     State (Bottou's ASGD representation): w = wa[:, 0], abar = wa[:, 1] (C order for sparse
@@ -434,10 +426,13 @@ def _asgd_pass(Xd, data, indices, indptr, sparse, bias, y, sfac, xmu, mu, order,
     """
     n_order = order.shape[0]
     d = wa.shape[0] - 1
+    w, ab = wa[:, 0], wa[:, 1]
     wdiv, adiv, wfrac, t, abar_nz, pm = scal[0], scal[1], scal[2], scal[3], scal[4], scal[5]
     for s in range(n_order):
         i = order[s]
-        wxi = _dot_w(Xd, data, indices, indptr, sparse, i, wa, bias) / wdiv
+        # the sparse dot inlined (a call costs about a tenth of a sparse step); the dense one a
+        # call that keeps its fast-math flags
+        wxi = (row_dot(rows, i, w) if rows.sparse else _dense_dot(rows, i, w)) / wdiv
         yi = y[i]
         coef = 4.0 * l1 * (wxi - yi * (pm / wdiv)) - l2 * yi
         if yi * wxi <= 1.0:
@@ -455,7 +450,10 @@ def _asgd_pass(Xd, data, indices, indptr, sparse, bias, y, sfac, xmu, mu, order,
         etd = -eta * coef * wdiv
         averaging = average and t + 2.0 - t0 > 1.0
         if etd != 0.0:
-            _axpy_w(Xd, data, indices, indptr, sparse, i, wa, etd, -wfrac * etd, averaging, bias)
+            if averaging:
+                row_axpy2(rows, i, etd, w, -wfrac * etd, ab)
+            else:
+                row_axpy(rows, i, etd, w)
             pm += etd * xmu[i]
         if averaging:
             abar_nz = 1.0
@@ -571,13 +569,13 @@ def _nbytes(X):
     return np.asarray(X).nbytes
 
 
-def _run_pass(parts, bias, y, sfac, xmu, mu, order, consts, eta0, eta_const, t0, state, average):
+def _run_pass(rows, y, sfac, xmu, mu, order, consts, eta0, eta_const, t0, state, average):
     """One pass over ``order``; the maintained w . mu is first refreshed from w (O(d))."""
     lam3, l1, l2 = consts
     # w and abar of a feature on one cache line for sparse rows, contiguous columns for dense
-    state.wa = np.ascontiguousarray(state.wa) if parts[4] else np.asfortranarray(state.wa)
+    state.wa = np.ascontiguousarray(state.wa) if rows.sparse else np.asfortranarray(state.wa)
     state.scal[5] = float(state.w @ mu)
-    code = _asgd_pass(*parts, bias, y, sfac, xmu, mu, order, lam3, l1, l2, eta0, eta_const, float(t0),
+    code = _asgd_pass(rows, y, sfac, xmu, mu, order, lam3, l1, l2, eta0, eta_const, float(t0),
                       state.wa, state.scal, average)
     return code == 0 and np.all(np.isfinite(state.w))
 
@@ -587,18 +585,9 @@ def _reference_step(Xs, sfac, consts, bias) -> float:
     step at which one update moves a margin by O(1), whatever the scale of the features, of C,
     of lambda1 or of the sample weights."""
     lam3, l1, _ = consts
-    sq = _xh_sq_norms(Xs, bias)
+    sq = row_sq_norms(Xs, bias)
     q = float(np.mean(sfac * sq))
     return 1.0 / (lam3 + (4.0 * l1 + 1.0) * max(q, 1e-300))
-
-
-def _xh_sq_norms(X, bias) -> np.ndarray:
-    """Squared norms of the rows of [X, bias]."""
-    if sp.issparse(X):
-        sq = np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
-    else:
-        sq = np.einsum("ij,ij->i", X, X, dtype=np.float64)
-    return sq + bias * bias
 
 
 def _trial_eta0(X, y, s, lambda1, lambda2, C, S_total, bias, state, rng_np, n_trial=1000):
@@ -611,7 +600,7 @@ def _trial_eta0(X, y, s, lambda1, lambda2, C, S_total, bias, state, rng_np, n_tr
     idx = rng_np.permutation(m)[: min(m, n_trial)]
     Xs = X[idx]
     ys, ss = y[idx], s[idx]
-    parts = csr_parts(Xs)
+    rows = make_rows(Xs, bias)
     Sb = ss.sum()
     sfac = ys.shape[0] * ss / Sb
     mu = _xh_t(Xs, ys * ss, bias) / Sb
@@ -623,7 +612,7 @@ def _trial_eta0(X, y, s, lambda1, lambda2, C, S_total, bias, state, rng_np, n_tr
     def cost(eta):
         trial = ASGDState(w_start.shape[0])
         trial.w[:] = w_start
-        ok = _run_pass(parts, bias, ys, sfac, xmu, mu, order, consts, 1.0, eta, 0.0, trial, False)
+        ok = _run_pass(rows, ys, sfac, xmu, mu, order, consts, 1.0, eta, 0.0, trial, False)
         if not ok:
             return np.inf
         return ldm_sgd_objective(trial.weights(), Xs, ys, ss, lambda1, lambda2, C, S_total, bias)
@@ -679,13 +668,16 @@ def ldm_asgd(X, y, sample_weight, lambda1, lambda2, C, *, bias=1.0, n_epochs=5, 
     ``state`` (an :class:`ASGDState`) continues a previous run (``partial_fit``): the objective
     is then that of all samples seen so far (S = total weight seen, mu their weighted mean of
     y x), t and the average go on.
-    Returns (w (d,), b, state, epochs). Raises FloatingPointError if the weights blow up.
+    Returns an :class:`LDMLinearResult` with the state. Raises FloatingPointError if the weights
+    blow up.
     """
     from sklearn.utils import check_random_state
 
     y = np.asarray(y, dtype=np.float64)
     s = np.asarray(sample_weight, dtype=np.float64)
     m, d = X.shape
+    # NumPy's generator, not the solvers' xorshift (solvers._rows): the objective ASGD reaches
+    # depends on the eta0 trial's subsample, and a different stream moves the tested results
     rng_np = check_random_state(random_state)
     if state is None:
         state = ASGDState(d + 1)
@@ -710,14 +702,14 @@ def ldm_asgd(X, y, sample_weight, lambda1, lambda2, C, *, bias=1.0, n_epochs=5, 
         X, y, sfac, xmu = X[perm], y[perm], sfac[perm], xmu[perm]
         block = np.arange(_ASGD_BLOCK)
         n_blocks = -(-m // _ASGD_BLOCK)
-    parts = csr_parts(X)
+    rows = make_rows(X, float(bias))
     for ep in range(n_epochs):
         if copy:
             order = (rng_np.permutation(n_blocks)[:, None] * _ASGD_BLOCK + block).ravel()
             order = order[order < m]
         else:
             rng_np.shuffle(order)
-        ok = _run_pass(parts, float(bias), y, sfac, xmu, mu, order, consts, state.eta0, 0.0, state.t0,
+        ok = _run_pass(rows, y, sfac, xmu, mu, order, consts, state.eta0, 0.0, state.t0,
                        state, True)
         if not ok:
             raise FloatingPointError(
@@ -731,4 +723,5 @@ def ldm_asgd(X, y, sample_weight, lambda1, lambda2, C, *, bias=1.0, n_epochs=5, 
     if not np.all(np.isfinite(wbar)):
         raise FloatingPointError("LDM ASGD produced non-finite weights; check C, lambda1, lambda2 and the sample "
                                  "weights, standardise the features, or use solver='dcd'.")
-    return wbar[:-1].copy(), float(bias * wbar[-1]), state, n_epochs
+    return LDMLinearResult(w=wbar[:-1].copy(), b=float(bias * wbar[-1]), state=state, n_iter=n_epochs,
+                           converged=True)

@@ -21,6 +21,7 @@ Solved by Cholesky of the d x d matrix (O(m d^2 + d^3)) or by CG with products t
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg as sla
@@ -29,6 +30,18 @@ from scipy.sparse.linalg import LinearOperator, cg
 from sklearn.exceptions import ConvergenceWarning
 
 from ..kernels import KernelSpec, kernel_decision, kernel_matrix
+from ._result import UnpackableResult
+
+
+@dataclass(kw_only=True)
+class LSSVMResult(UnpackableResult):
+    """An LS-SVM solve: ``coef`` (w of the linear form, or dual_coef = a * y of the kernel form)
+    and b; ``n_iter``: 1 for Cholesky, else matrix-vector products of conjugate gradients;
+    ``converged``: every CG solve reached its tolerance. Unpacks as (coef, b, n_iter)."""
+
+    _unpack = ("coef", "b", "n_iter")
+    coef: np.ndarray
+    b: float
 
 
 def _cg(matvec, rhs, tol, max_iter):
@@ -47,7 +60,7 @@ def _cg(matvec, rhs, tol, max_iter):
 
 def lssvm_kernel(spec: KernelSpec, X, y, sample_weight, C, *, solver="cholesky", tol=1e-10,
                  max_iter=None, max_bytes=None):
-    """Solve the LS-SVM KKT system. Returns (dual_coef = a * y, b, n_iter)."""
+    """Solve the LS-SVM KKT system. Returns an :class:`LSSVMResult` (coef = dual_coef = a * y)."""
     y = np.asarray(y, dtype=np.float64)
     d = 1.0 / (C * np.asarray(sample_weight, dtype=np.float64))
     m = y.shape[0]
@@ -74,7 +87,7 @@ def lssvm_kernel(spec: KernelSpec, X, y, sample_weight, C, *, solver="cholesky",
             )
             sol = sla.solve(H, rhs, assume_a="sym", check_finite=False)
         eta, nu = sol[:, 0], sol[:, 1]
-        n_iter = 1
+        n_iter, converged = 1, True
     else:
         if G is not None:
             def matvec(v):
@@ -88,12 +101,12 @@ def lssvm_kernel(spec: KernelSpec, X, y, sample_weight, C, *, solver="cholesky",
             counter["n"] += 1
             return matvec(np.asarray(v).ravel())
 
-        eta, _ = _cg(counted, y, tol, max_iter)
-        nu, _ = _cg(counted, np.ones(m), tol, max_iter)
-        n_iter = counter["n"]
+        eta, info_eta = _cg(counted, y, tol, max_iter)
+        nu, info_nu = _cg(counted, np.ones(m), tol, max_iter)
+        n_iter, converged = counter["n"], info_eta == 0 and info_nu == 0
     b = float(y @ nu / (y @ eta))
     a = nu - b * eta
-    return a * y, b, n_iter
+    return LSSVMResult(coef=a * y, b=b, n_iter=n_iter, converged=bool(converged))
 
 
 def _centred_ridge_solve(X, s, S, xbar, rhs, C):
@@ -119,7 +132,7 @@ def _centred_ridge_solve(X, s, S, xbar, rhs, C):
 
 
 def lssvm_linear(X, y, sample_weight, C, *, solver="cholesky", tol=1e-10, max_iter=None):
-    """Weighted ridge form of the linear LS-SVM. Returns (w, b, n_iter)."""
+    """Weighted ridge form of the linear LS-SVM. Returns an :class:`LSSVMResult` (coef = w)."""
     y = np.asarray(y, dtype=np.float64)
     s = np.asarray(sample_weight, dtype=np.float64)
     S = s.sum()
@@ -129,7 +142,7 @@ def lssvm_linear(X, y, sample_weight, C, *, solver="cholesky", tol=1e-10, max_it
     rhs = np.asarray(X.T @ r, dtype=np.float64).ravel() - xbar * r.sum()  # X_c^T S (y - ybar)
     if solver == "cholesky":
         w = _centred_ridge_solve(X, s, S, xbar, rhs, C)
-        n_iter = 1
+        n_iter, info = 1, 0
     else:
         counter = {"n": 0}
 
@@ -140,7 +153,7 @@ def lssvm_linear(X, y, sample_weight, C, *, solver="cholesky", tol=1e-10, max_it
             t = s * Xv
             return np.asarray(X.T @ t, dtype=np.float64).ravel() - xbar * t.sum() + v / C
 
-        w, _ = _cg(matvec, rhs, tol, max_iter)
+        w, info = _cg(matvec, rhs, tol, max_iter)
         n_iter = counter["n"]
     b = ybar - float(xbar @ w)
-    return w, b, n_iter
+    return LSSVMResult(coef=w, b=b, n_iter=n_iter, converged=info == 0)

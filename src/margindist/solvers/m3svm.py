@@ -40,12 +40,16 @@ from numba import njit
 from scipy.optimize import minimize
 from scipy.special import softmax
 
+from ..losses import smooth_hinge_scalar
+from ._result import SolverResult, UnpackableResult
+from ._rows import permutation, seed_from
 from ._threads import single_scipy_blas_thread
 
 
 __all__ = [
     "pairwise_penalty",
     "m3svm_objective",
+    "M3SVMResult",
     "m3svm_lbfgs",
     "m3svm_adam",
     "adam_minimize",
@@ -159,9 +163,8 @@ def _softmax_term(S, y, s, G):
 
 @njit(cache=True)
 def _smooth_hinge_term(S, y, s, delta, G):
-    """sum_i s_i sum_{k != y_i} g(1 - S_iy + S_ik); G = dF/dS (see losses.smooth_hinge)."""
+    """sum_i s_i sum_{k != y_i} g(1 - S_iy + S_ik); G = dF/dS (g: losses.smooth_hinge_scalar)."""
     n, K = S.shape
-    d2 = delta * delta
     val = 0.0
     for i in range(n):
         yi = y[i]
@@ -171,13 +174,7 @@ def _smooth_hinge_term(S, y, s, delta, G):
         for k in range(K):
             if k == yi:
                 continue
-            t = 1.0 - sy + S[i, k]
-            r = math.sqrt(t * t + d2)
-            if t >= 0:
-                g = 0.5 * (t + r)
-            else:
-                g = 0.5 * d2 / (r - t)
-            gd = g / r if r > 0 else 0.5
+            g, gd = smooth_hinge_scalar(1.0 - sy + S[i, k], delta)
             acc += g
             G[i, k] = s[i] * gd
             gsum += G[i, k]
@@ -257,8 +254,8 @@ def m3svm_lbfgs(X, y_index, sample_weight, n_classes, *, lam, p, delta, eps, los
     """Minimise F with scipy's L-BFGS-B and the analytic gradient.
 
     Stops when the largest gradient entry of F / sum(s) is below ``tol`` (or when the relative
-    decrease of F stalls at machine precision). Returns (coef (K, d), intercept (K,), n_iter,
-    objective F, converged).
+    decrease of F stalls at machine precision). Returns an :class:`M3SVMResult` (coef (K, d),
+    intercept (K,), objective F).
     """
     K, d = n_classes, X.shape[1]
     sw = np.asarray(sample_weight, dtype=np.float64)
@@ -282,17 +279,29 @@ def m3svm_lbfgs(X, y_index, sample_weight, n_classes, *, lam, p, delta, eps, los
                  res.nit, res.nfev, res.fun * scale, gmax, res.message)
     W, b = _unpack(res.x, K, d, fit_intercept)
     b = np.zeros(K) if b is None else b.copy()
-    return W.copy(), b, int(res.nit), float(res.fun * scale), converged
+    return M3SVMResult(coef=W.copy(), intercept=b, n_iter=int(res.nit), objective=float(res.fun * scale),
+                       converged=converged)
+
+
+@dataclass(kw_only=True)
+class M3SVMResult(UnpackableResult):
+    """An M3SVM fit: coef W (K, d), intercept b (K,) and the objective F. Unpacks as
+    (coef, intercept, n_iter, objective, converged)."""
+
+    _unpack = ("coef", "intercept", "n_iter", "objective", "converged")
+    coef: np.ndarray
+    intercept: np.ndarray
+    objective: float
 
 
 # ---------------------------------------------------------------------------- Adam
-@dataclass
-class AdamResult:
+@dataclass(kw_only=True)
+class AdamResult(SolverResult):
+    """A run of :func:`adam_minimize` (``n_iter``: steps; ``history``: the objective of every
+    full-batch step, or of every pass for mini-batches)."""
+
     x: object
     fun: float
-    n_iter: int
-    converged: bool
-    history: list
 
 
 class _NumpyOps:
@@ -330,7 +339,7 @@ def adam_minimize(fun_grad, x0, *, n_samples, learning_rate=0.01, max_iter=500, 
     v = ops.zeros_like(x)
     lr = learning_rate
     full = batch_size is None or batch_size >= n_samples
-    rng = None if full else np.random.default_rng(random_state)
+    rng = None if full else seed_from(random_state)
     best_f, best_x = math.inf, ops.copy(x)   # best full-batch iterate
     best_epoch, stall, t = math.inf, 0, 0    # plateau detection on the epoch objective
     history = []
@@ -340,7 +349,7 @@ def adam_minimize(fun_grad, x0, *, n_samples, learning_rate=0.01, max_iter=500, 
         if full:
             batches = [None]
         else:
-            perm = rng.permutation(n_samples)
+            perm = permutation(rng, n_samples)
             batches = [perm[s:s + batch_size] for s in range(0, n_samples, batch_size)]
         epoch_f = 0.0
         for rows in batches:
@@ -386,15 +395,14 @@ def adam_minimize(fun_grad, x0, *, n_samples, learning_rate=0.01, max_iter=500, 
         x = best_x
     else:
         best_f, _ = fun_grad(x, None)
-    return AdamResult(x=x, fun=float(best_f), n_iter=it, converged=converged, history=history)
+    return AdamResult(x=x, fun=float(best_f), n_iter=it, converged=converged, history=np.asarray(history, dtype=float))
 
 
 def m3svm_adam(X, y_index, sample_weight, n_classes, *, lam, p, delta, eps, loss, fit_intercept,
                learning_rate=0.01, max_iter=500, tol=1e-6, lr_schedule="adaptive", batch_size=None,
                random_state=None, coef_init=None, intercept_init=None, log=None):
     """Minimise F with Adam in NumPy (see :func:`adam_minimize`; the torch back end in
-    ``margindist.torch`` runs the same iteration on a GPU). Returns (coef, intercept, n_iter,
-    objective F, converged)."""
+    ``margindist.torch`` runs the same iteration on a GPU). Returns an :class:`M3SVMResult`."""
     K, d = n_classes, X.shape[1]
     sw = np.asarray(sample_weight, dtype=np.float64)
     scale = float(sw.sum())
@@ -418,7 +426,8 @@ def m3svm_adam(X, y_index, sample_weight, n_classes, *, lam, p, delta, eps, loss
     b = np.zeros(K) if b is None else b.copy()
     if log is not None:
         log.info("M3SVM Adam (numpy): %d epochs, F=%.10g", res.n_iter, res.fun * scale)
-    return W.copy(), b, res.n_iter, res.fun * scale, res.converged
+    return M3SVMResult(coef=W.copy(), intercept=b, n_iter=res.n_iter, objective=res.fun * scale,
+                       converged=res.converged, history=res.history)
 
 
 def _penalty_part(theta, K, d, fit_intercept, lam, p, eps):

@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.sparse as sp
 
 from ..kernels import KernelSpec, kernel_decision
+from ._result import UnpackableResult
+
+
+@dataclass(kw_only=True)
+class MAMCResult(UnpackableResult):
+    """The closed-form MAMC solution: ``coef`` (w, or the dual coefficients of the kernel form) and
+    b (n_iter = 0, converged = True: nothing iterates). Unpacks as (coef, b)."""
+
+    _unpack = ("coef", "b")
+    coef: np.ndarray
+    b: float
+    n_iter: int = 0
+    converged: bool = True
 
 
 def _class_coefficients(y, sample_weight, bias):
@@ -29,20 +44,22 @@ def _midpoint_threshold(f0, y, sample_weight):
 
 
 def mamc_linear(X, y, sample_weight, bias="midpoint"):
-    """Linear MAMC. Returns (w, b) with ||w|| = 1 (w = 0 if the class means coincide)."""
+    """Linear MAMC. Returns a :class:`MAMCResult` with coef = w, ||w|| = 1 (w = 0 if the class
+    means coincide)."""
     c = _class_coefficients(y, sample_weight, bias)
     w = np.asarray(X.T @ c, dtype=np.float64).ravel() if sp.issparse(X) else np.asarray(X, np.float64).T @ c
     norm = np.linalg.norm(w)
     if norm > 0:
         w = w / norm
     if bias == "zero":
-        return w, 0.0
+        return MAMCResult(coef=w, b=0.0)
     f0 = np.asarray(X @ w, dtype=np.float64).ravel()
-    return w, _midpoint_threshold(f0, y, sample_weight)
+    return MAMCResult(coef=w, b=_midpoint_threshold(f0, y, sample_weight))
 
 
 def mamc_kernel(spec: KernelSpec, X, y, sample_weight, bias="midpoint"):
-    """Kernel MAMC (Parzen-window classifier). Returns (dual coefficients, b), unit RKHS norm.
+    """Kernel MAMC (Parzen-window classifier). Returns a :class:`MAMCResult` (coef: the dual
+    coefficients, unit RKHS norm).
 
     f(x) = sum_i a_i k(x_i, x) + b. O(m^2) kernel evaluations (in bounded blocks).
     """
@@ -52,7 +69,7 @@ def mamc_kernel(spec: KernelSpec, X, y, sample_weight, bias="midpoint"):
     if norm > 0:
         c, Kc = c / norm, Kc / norm
     b = 0.0 if bias == "zero" else _midpoint_threshold(Kc, y, sample_weight)
-    return c, b
+    return MAMCResult(coef=c, b=b)
 
 
-__all__ = ["mamc_linear", "mamc_kernel"]
+__all__ = ["MAMCResult", "mamc_linear", "mamc_kernel"]

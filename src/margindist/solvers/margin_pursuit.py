@@ -51,6 +51,8 @@ from ..losses import (
     catoni_wide_psi,
     catoni_wide_rho,
 )
+from ._result import SolverResult
+from ._rows import make_rows, row_axpy, row_axpy2, row_dot, row_dot_sq
 
 __all__ = [
     "INFLUENCE_CODES",
@@ -246,14 +248,14 @@ def weighted_op_norm_sq(X, weights, fit_intercept):
 
 
 # ------------------------------------------------------------------ gradient descent
-@dataclass
-class GDResult:
+@dataclass(kw_only=True)
+class GDResult(SolverResult):
+    """A run of :func:`mp_gd` (``n_iter``: iterations; ``history``: J at every iterate, the
+    starting point included)."""
+
     w: np.ndarray
     b: float
     scale: float
-    n_iter: int
-    history: np.ndarray  # J at every iterate, the starting point included
-    converged: bool
     rescaled: bool
     rescale_iter: int | None  # history[:k] used the old scale, history[k:] the new (None: no change)
 
@@ -349,45 +351,6 @@ def mp_gd(X, y, sample_weight, *, margin, scale, lam, influence="catoni_giulini"
 #: result is deterministic for a given build; it differs from a sequential sum by rounding).
 #: No "nnan"/"ninf": overflow must still show up as inf/nan and be reported.
 _FM = {"reassoc", "contract", "nsz"}
-
-
-@njit(cache=True, fastmath=_FM)
-def _row_dot(X, data, indices, indptr, sparse, i, v):
-    """(<v, x_i>, ||x_i||^2)."""
-    acc = 0.0
-    xsq = 0.0
-    if sparse:
-        for p in range(indptr[i], indptr[i + 1]):
-            x = data[p]
-            acc += v[indices[p]] * x
-            xsq += x * x
-    else:
-        for j in range(v.shape[0]):
-            x = X[i, j]
-            acc += v[j] * x
-            xsq += x * x
-    return acc, xsq
-
-
-@njit(cache=True, fastmath=_FM)
-def _row_axpy(X, data, indices, indptr, sparse, i, coef, v, P, q, do_avg):
-    """v += coef * x_i; with averaging also P -= q * coef * x_i."""
-    if sparse:
-        for p in range(indptr[i], indptr[i + 1]):
-            j = indices[p]
-            x = coef * data[p]
-            v[j] += x
-            if do_avg:
-                P[j] -= q * x
-    else:
-        if do_avg:
-            for j in range(v.shape[0]):
-                x = coef * X[i, j]
-                v[j] += x
-                P[j] -= q * x
-        else:
-            for j in range(v.shape[0]):
-                v[j] += coef * X[i, j]
 
 
 # The single-example kernels carry the pass state in scalars: t (step number), a (w = a v, v the
@@ -561,8 +524,8 @@ def _sgd_pass1_csr(data, indices, indptr, ym, order, v, P, st, margin, scale, la
 
 
 @njit(cache=True, fastmath=_FM)
-def _sgd_pass(X, data, indices, indptr, sparse, ym, order, v, P, st, margin, scale,
-              lam, radius, kind, batch_size, fit_intercept, do_avg, fbuf, gbuf, sbuf):
+def _sgd_pass(rows, ym, order, v, P, st, margin, scale, lam, radius, kind, batch_size, fit_intercept, do_avg,
+              fbuf, gbuf, sbuf):
     """One pass of projected mini-batch SGD over ``order``; updates v, P and st in place.
 
     Example k of the pass is row order[k]; ym[k] = y_i c_i (label times weight multiplier,
@@ -592,7 +555,7 @@ def _sgd_pass(X, data, indices, indptr, sparse, ym, order, v, P, st, margin, sca
         eta = 1.0 / (lam * t)
         for jj in range(kk):
             i = order[start + jj]
-            dot, xsq = _row_dot(X, data, indices, indptr, sparse, i, v)
+            dot, xsq = row_dot_sq(rows, i, v)
             if not math.isfinite(xsq):
                 return math.nan  # overflow: reported by the caller
             f = a * (dot + bv * one)
@@ -625,10 +588,13 @@ def _sgd_pass(X, data, indices, indptr, sparse, ym, order, v, P, st, margin, sca
             if kk == 1:
                 fcur = c * fbuf[0] if c > 0.0 else 0.0
             else:
-                fcur = a * (_row_dot(X, data, indices, indptr, sparse, i, v)[0] + bv * one)
+                fcur = a * (row_dot(rows, i, v) + bv * one)
             normsq += 2.0 * step * fcur + step * step * (sbuf[jj] + one)
             coef = step / a
-            _row_axpy(X, data, indices, indptr, sparse, i, coef, v, P, Q, do_avg)
+            if do_avg:  # v += coef x_i, P -= Q coef x_i
+                row_axpy2(rows, i, coef, v, -Q * coef, P)
+            else:
+                row_axpy(rows, i, coef, v)
             if fit_intercept:
                 bv += coef
                 if do_avg:
@@ -723,13 +689,7 @@ def sgd_passes(X, y, sample_weight, state, *, n_passes, margin, lam, influence="
         X = X.tocsr()
         if not X.has_sorted_indices:
             X = X.sorted_indices()
-        data, indices, indptr = X.data, X.indices, X.indptr
-        Xd = np.empty((0, 0), dtype=data.dtype)
-    else:
-        Xd = np.ascontiguousarray(X)
-        data = np.empty(0, dtype=Xd.dtype)
-        indices = np.empty(0, dtype=np.int32)
-        indptr = np.zeros(1, dtype=np.int32)
+    rows = make_rows(X)
     k = int(batch_size)
     fbuf = np.empty(k)
     gbuf = np.empty(k)
@@ -742,7 +702,7 @@ def sgd_passes(X, y, sample_weight, state, *, n_passes, margin, lam, influence="
     st = np.array([state.t, state.b, float(state.w @ state.w) + state.b**2, state.avg_b,
                    state.avg_count], dtype=np.float64)
     if state.rng is None:
-        state.rng = np.random.default_rng()
+        raise ValueError("The SGD state has no random generator: make it with sgd_init(..., seed=...).")
     if project:  # lam, margin or the influence may have changed since the state was made
         state.radius = projection_radius(state.scale, margin, lam, influence)
         _project(state)
@@ -758,14 +718,14 @@ def sgd_passes(X, y, sample_weight, state, *, n_passes, margin, lam, influence="
         radius = state.radius if project else math.inf
         ym_o = ym[order]
         if k == 1 and sparse:
-            obj = _sgd_pass1_csr(data, indices, indptr, ym_o, order, state.w, P, st, float(margin),
+            obj = _sgd_pass1_csr(rows.data, rows.indices, rows.indptr, ym_o, order, state.w, P, st, float(margin),
                                  float(state.scale), float(lam), float(radius), kind,
                                  bool(fit_intercept), bool(average))
         elif k == 1:
-            obj = _sgd_pass1_dense(Xd, ym_o, order, state.w, P, st, float(margin), float(state.scale),
+            obj = _sgd_pass1_dense(rows.dense, ym_o, order, state.w, P, st, float(margin), float(state.scale),
                                    float(lam), float(radius), kind, bool(fit_intercept), bool(average))
         else:
-            obj = _sgd_pass(Xd, data, indices, indptr, sparse, ym_o, order, state.w, P, st,
+            obj = _sgd_pass(rows, ym_o, order, state.w, P, st,
                             float(margin), float(state.scale), float(lam), float(radius), kind, k,
                             bool(fit_intercept), bool(average), fbuf, gbuf, sbuf)
         if not math.isfinite(obj):

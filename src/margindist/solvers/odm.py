@@ -39,20 +39,20 @@ Solvers:
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
 from sklearn.exceptions import ConvergenceWarning
 
 from ..kernels import KernelRowCache
-from . import dcd
-from .dcd import _xorshift, csr_parts, dcd_kernel, dcd_linear, row_sq_norms, seed_from
-
-# the row kernels of dcd, inlined into the loops below (called, each costs twice the row's work)
-_row_dot = njit(inline="always")(dcd._row_dot.py_func)
-_row_axpy = njit(inline="always")(dcd._row_axpy.py_func)
+from ._result import UnpackableResult
+from ._rows import make_rows, rng_below, row_axpy, row_dot, row_sq_norms, rows_dot, seed_from
+from .dcd import dcd_kernel, dcd_linear
 
 __all__ = [
+    "ODMKernelResult",
+    "ODMLinearResult",
     "odm_band_loss",
     "odm_band_loss_grad",
     "odm_band_loss_hess",
@@ -65,6 +65,35 @@ __all__ = [
     "odm_newton",
     "odm_svrg",
 ]
+
+
+# ----------------------------------------------------------------------------- results
+
+
+@dataclass(kw_only=True)
+class ODMLinearResult(UnpackableResult):
+    """A linear ODM run: w (d,), b = bias * w_B, and the dual variables a = [alpha; beta] (DCD
+    only, else None). Unpacks as (w, b, a, n_iter) from DCD, (w, b, n_iter) from Newton / SVRG."""
+
+    w: np.ndarray
+    b: float
+    a: np.ndarray | None = None
+
+    @property
+    def _unpack(self):
+        return ("w", "b", "n_iter") if self.a is None else ("w", "b", "a", "n_iter")
+
+
+@dataclass(kw_only=True)
+class ODMKernelResult(UnpackableResult):
+    """A kernel ODM run: dual_coef = y * gamma (m,), b = bias^2 sum(dual_coef), a = [alpha; beta],
+    u = Q gamma. Unpacks as (dual_coef, b, a, n_iter, u)."""
+
+    _unpack = ("dual_coef", "b", "a", "n_iter", "u")
+    dual_coef: np.ndarray
+    b: float
+    a: np.ndarray
+    u: np.ndarray
 
 
 # ----------------------------------------------------------------------------- the loss
@@ -136,19 +165,20 @@ def odm_dual_objective(gQg, a, sample_weight, lam, mu, theta) -> float:
 
 def odm_dcd_linear(X, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0, tol=1e-3,
                    max_iter=1000, a0=None, shrinking=True, random_state=None):
-    """Linear ODM by DCD. Returns (w (d,), b = bias * w_B, a = [alpha; beta], n_iter)."""
+    """Linear ODM by DCD. Returns an :class:`ODMLinearResult` (w (d,), b = bias * w_B, a = [alpha; beta])."""
     n_var, D, p, U = odm_dual_terms(sample_weight, lam, mu, theta)
     res = dcd_linear(X, y, D, p, U, n_var=n_var, bias=bias, a0=a0, tol=tol, max_iter=max_iter,
                      shrinking=shrinking, random_state=random_state, warn_label="ODM")
-    return res.w[:-1].copy(), float(bias * res.w[-1]), res.a, res.n_iter
+    return ODMLinearResult(w=res.w[:-1].copy(), b=float(bias * res.w[-1]), a=res.a, n_iter=res.n_iter,
+                           converged=res.converged)
 
 
 def odm_dcd_kernel(cache: KernelRowCache | None, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, gram=None,
                    bias=1.0, tol=1e-3, max_iter=1000, a0=None, shrinking=True, random_state=None):
     """Kernel ODM by DCD, kernel rows from ``cache`` or from a dense Gram matrix ``gram``.
 
-    Returns (dual_coef = y * gamma (m,), b = bias^2 sum(dual_coef), a, n_iter, u = Q gamma);
-    f(x) = sum_j dual_coef_j k(x_j, x) + b.
+    Returns an :class:`ODMKernelResult` (dual_coef = y * gamma (m,), b = bias^2 sum(dual_coef), a,
+    u = Q gamma); f(x) = sum_j dual_coef_j k(x_j, x) + b.
     """
     n_var, D, p, U = odm_dual_terms(sample_weight, lam, mu, theta)
     res = dcd_kernel(y, D, p, U, n_var=n_var, cache=cache, gram=gram, bias=bias, a0=a0, tol=tol,
@@ -156,44 +186,38 @@ def odm_dcd_kernel(cache: KernelRowCache | None, y, sample_weight, lam=1.0, mu=0
                      warn_label="ODM")
     m = y.shape[0]
     coef = np.asarray(y, dtype=np.float64) * res.gamma(m)
-    return coef, float(bias * bias * coef.sum()), res.a, res.n_iter, res.u
+    return ODMKernelResult(dual_coef=coef, b=float(bias * bias * coef.sum()), a=res.a, u=res.u, n_iter=res.n_iter,
+                           converged=res.converged)
 
 
 # ----------------------------------------------------------------------------- products with Xh
 
 
 @njit(cache=True)
-def _xv(Xd, data, indices, indptr, sparse, bias, v, out):
-    """out = Xh v (v of length d + 1)."""
-    for i in range(out.shape[0]):
-        out[i] = _row_dot(Xd, data, indices, indptr, sparse, i, v, bias)
-
-
-@njit(cache=True)
-def _xtr(Xd, data, indices, indptr, sparse, bias, r, out):
+def _xtr(rows, r, out):
     """out = Xh^T r (out of length d + 1)."""
     out[:] = 0.0
     for i in range(r.shape[0]):
         if r[i] != 0.0:
-            _row_axpy(Xd, data, indices, indptr, sparse, i, r[i], out, bias)
+            row_axpy(rows, i, r[i], out)
 
 
 class _Design:
     """Xh = [X, B] products in float64 without densifying or copying X."""
 
     def __init__(self, X, bias):
-        self.parts = csr_parts(X)
+        self.rows = make_rows(X, bias)
         self.bias = float(bias)
         self.m, self.d = X.shape
 
     def xv(self, v):
         out = np.empty(self.m)
-        _xv(*self.parts, self.bias, np.ascontiguousarray(v, dtype=np.float64), out)
+        rows_dot(self.rows, np.ascontiguousarray(v, dtype=np.float64), out)
         return out
 
     def xtr(self, r):
         out = np.empty(self.d + 1)
-        _xtr(*self.parts, self.bias, np.ascontiguousarray(r, dtype=np.float64), out)
+        _xtr(self.rows, np.ascontiguousarray(r, dtype=np.float64), out)
         return out
 
 
@@ -276,7 +300,7 @@ def odm_newton(X, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0, tol
                w0=None, log=None):
     """Linear ODM by Newton-CG on the primal.
 
-    Stops when ||grad P(v)|| <= tol * ||grad P(0)|| (v = [w, w_B]). Returns (w, b, n_iter).
+    Stops when ||grad P(v)|| <= tol * ||grad P(0)|| (v = [w, w_B]). Returns an :class:`ODMLinearResult`.
     """
     y = np.asarray(y, dtype=np.float64)
     A = _Design(X, bias)
@@ -307,15 +331,14 @@ def odm_newton(X, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0, tol
             log.debug("ODM Newton it %d |g| %.3e cg %d step %.3g", it, gnorm, n_cg, t)
     if not converged:
         _warn_max_iter("Newton's method", tol, max_iter, "iterations", "scale the features")
-    return v[:-1].copy(), float(bias * v[-1]), it
+    return ODMLinearResult(w=v[:-1].copy(), b=float(bias * v[-1]), n_iter=it, converged=converged)
 
 
 # ----------------------------------------------------------------------------- SVRG
 
 
 @njit(cache=True)
-def _svrg_epoch(Xd, data, indices, indptr, sparse, bias, y, cm, mu, theta, r, xr, snap, eta,
-                n_steps, rng, v):
+def _svrg_epoch(rows, y, cm, mu, theta, r, xr, snap, eta, n_steps, rng, v):
     """One SVRG inner loop. w = A v + Bc r, r = w_snap - full_grad; returns w (dense).
 
     cm_i = m c_i; snap_i = cm_i * loss'(z_i(w_snap)) * y_i; xr_i = <xh_i, r>.
@@ -325,8 +348,8 @@ def _svrg_epoch(Xd, data, indices, indptr, sparse, bias, y, cm, mu, theta, r, xr
     A = 1.0
     Bc = 0.0
     for _ in range(n_steps):
-        i = np.int64(_xorshift(rng) % np.uint64(m))
-        acc = _row_dot(Xd, data, indices, indptr, sparse, i, v, bias)
+        i = rng_below(rng, m)
+        acc = row_dot(rows, i, v)
         zi = y[i] * (A * acc + Bc * xr[i])
         if zi < 1.0 - theta:
             dl = -2.0 * (1.0 - theta - zi)
@@ -338,15 +361,7 @@ def _svrg_epoch(Xd, data, indices, indptr, sparse, bias, y, cm, mu, theta, r, xr
         A *= 1.0 - eta
         Bc = (1.0 - eta) * Bc + eta
         if delta != 0.0:
-            # written out: through _row_axpy this step measured 15 % slower (dense rows)
-            coef = -eta * delta / A
-            if sparse:
-                for t in range(indptr[i], indptr[i + 1]):
-                    v[indices[t]] += coef * data[t]
-            else:
-                for f in range(d):
-                    v[f] += coef * Xd[i, f]
-            v[d] += coef * bias
+            row_axpy(rows, i, -eta * delta / A, v)
         if A < 1e-9:
             for f in range(d + 1):
                 v[f] *= A
@@ -364,14 +379,14 @@ def odm_svrg(X, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0, tol=1
     P(w) = (1/m) sum_i f_i(w), f_i = 1/2 ||w||^2 + m c_i band_loss(z_i); ``step`` defaults to
     1 / (4 L_max), L_i = 1 + 2 m c_i max(1, mu) ||xh_i||^2. Stops when the full gradient at the
     snapshot satisfies ||grad P|| <= tol * ||grad P(0)||. Raises FloatingPointError if the
-    weights become non-finite (a step too large for the data). Returns (w, b, n_iter).
+    weights become non-finite (a step too large for the data). Returns an :class:`ODMLinearResult`.
     """
     y = np.asarray(y, dtype=np.float64)
     A = _Design(X, bias)
     m = A.m
     c = odm_coefficients(sample_weight, lam, theta)
     cm = m * c
-    sq = row_sq_norms(X) + bias * bias
+    sq = row_sq_norms(X, bias)
     L = 1.0 + 2.0 * cm * max(1.0, mu) * sq
     eta = 1.0 / (4.0 * float(L.max())) if step is None else float(step)
     rng = seed_from(random_state)
@@ -397,10 +412,10 @@ def odm_svrg(X, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0, tol=1
         r = w - full
         xr = A.xv(r)
         v = w.copy()
-        w = _svrg_epoch(*A.parts, A.bias, y, cm, float(mu), float(theta), r, xr, snap, eta, m, rng, v)
+        w = _svrg_epoch(A.rows, y, cm, float(mu), float(theta), r, xr, snap, eta, m, rng, v)
         it += 1
         if log is not None:
             log.debug("ODM SVRG epoch %d |g| %.3e", it, gnorm)
     if not converged:
         _warn_max_iter("SVRG", tol, max_iter, "epochs", "use solver='dcd' / 'newton'")
-    return w[:-1].copy(), float(bias * w[-1]), it
+    return ODMLinearResult(w=w[:-1].copy(), b=float(bias * w[-1]), n_iter=it, converged=converged)

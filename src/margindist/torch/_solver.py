@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from ..solvers.m3svm import _theta0, adam_minimize
+from ..solvers.m3svm import M3SVMResult, _theta0, adam_minimize
 from ._penalty import pairwise_penalty_and_grad
 
 
@@ -63,6 +63,10 @@ class _TorchOps:
 
 
 def _smooth_hinge(T, delta):
+    """(g(T), g'(T)) of the smoothed hinge, elementwise on a tensor: the formulas of
+    :func:`margindist.losses.smooth_hinge_scalar` (the one definition; compiled NumPy code cannot
+    take tensors on a GPU, so they are restated here as tensor expressions, and
+    tests/test_torch.py checks that the two agree)."""
     r = torch.hypot(T, torch.as_tensor(delta, dtype=T.dtype, device=T.device))
     neg = T < 0
     half_d2 = 0.5 * delta * delta
@@ -151,8 +155,9 @@ def m3svm_adam_torch(X, y_index, sample_weight, n_classes, *, lam, p, delta, eps
                      learning_rate=0.01, max_iter=500, tol=1e-6, lr_schedule="adaptive",
                      batch_size=None, random_state=None, coef_init=None, intercept_init=None,
                      device="auto", log=None):
-    """Adam on the M3SVM objective in torch. Returns NumPy (coef, intercept, n_iter, F, converged)
-    exactly as :func:`margindist.solvers.m3svm.m3svm_adam`."""
+    """Adam on the M3SVM objective in torch. Returns an
+    :class:`~margindist.solvers.m3svm.M3SVMResult` of NumPy arrays exactly as
+    :func:`margindist.solvers.m3svm.m3svm_adam`."""
     dev = resolve_device(device)
     prob = _Problem(X, y_index, sample_weight, n_classes, lam, p, delta, eps, loss, fit_intercept, dev)
     theta0 = torch.as_tensor(_theta0(n_classes, X.shape[1], fit_intercept, coef_init, intercept_init),
@@ -169,4 +174,5 @@ def m3svm_adam_torch(X, y_index, sample_weight, n_classes, *, lam, p, delta, eps
     b = theta[K * d:].copy() if fit_intercept else np.zeros(K)
     if log is not None:
         log.info("M3SVM Adam (torch, %s): %d epochs, F=%.10g", dev, res.n_iter, res.fun * prob.scale)
-    return W, b, res.n_iter, res.fun * prob.scale, res.converged
+    return M3SVMResult(coef=W, intercept=b, n_iter=res.n_iter, objective=res.fun * prob.scale,
+                       converged=res.converged, history=res.history)
