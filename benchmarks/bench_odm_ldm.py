@@ -150,9 +150,9 @@ def main(argv=None):
             data = dense_linear(m, d)
             task = f"dense {m}x{d}"
             run_task(rows, task, "LinearSVC", LinearSVC, [
-                ("ODM dcd (lam=1)", lambda: ODM(solver="dcd", random_state=0)),
-                ("ODM newton (lam=1)", lambda: ODM(solver="newton")),
-                ("ODM svrg (lam=1)", lambda: ODM(solver="svrg", random_state=0)),
+                ("ODM dcd (lam=1)", lambda: ODM(lam=1.0, solver="dcd", random_state=0)),
+                ("ODM newton (lam=1)", lambda: ODM(lam=1.0, solver="newton")),
+                ("ODM svrg (lam=1)", lambda: ODM(lam=1.0, solver="svrg", random_state=0)),
                 (f"ODM auto=newton (lam=m={m})", lambda: ODM(lam=float(m))),
                 ("LDM dcd", lambda: LDM(solver="dcd", random_state=0)),
                 ("LDM auto (asgd above 50k samples)", lambda: LDM(random_state=0)),
@@ -165,8 +165,8 @@ def main(argv=None):
             data = sparse_linear(m, d, dens * d)
             task = f"sparse {m}x{d} ({100 * dens:g}% nnz)"
             run_task(rows, task, "LinearSVC", LinearSVC, [
-                ("ODM dcd (lam=1)", lambda: ODM(solver="dcd", random_state=0)),
-                ("ODM newton (lam=1)", lambda: ODM(solver="newton")),
+                ("ODM dcd (lam=1)", lambda: ODM(lam=1.0, solver="dcd", random_state=0)),
+                ("ODM newton (lam=1)", lambda: ODM(lam=1.0, solver="newton")),
                 (f"ODM auto=newton (lam=m={m})", lambda: ODM(lam=float(m))),
                 ("LDM auto (asgd above 50k samples)", lambda: LDM(random_state=0)),
             ], data, repeats)
@@ -185,7 +185,7 @@ def main(argv=None):
                 cache = max(200.0, 8 * m * m / 2**20 + 100)
                 n_comp = min(1000, m // 2)
                 ours = [
-                    ("ODM rbf dcd (lam=1)", lambda: ODM(kernel="rbf", cache_size=cache, random_state=0)),
+                    ("ODM rbf dcd (lam=1)", lambda: ODM(kernel="rbf", lam=1.0, cache_size=cache, random_state=0)),
                     (f"ODM rbf dcd (lam=m={m})", lambda: ODM(kernel="rbf", lam=float(m), cache_size=cache,
                                                            random_state=0)),
                     (f"Nystroem({n_comp})+LDM asgd",
