@@ -521,7 +521,7 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
     iterations) with gamma feasible (negative weights dropped, each class renormalised) and G its
     exact gradient, or None when the phase cannot run (rows do not fit) or ends without a point.
     """
-    from scipy.linalg import cho_factor, cho_solve
+    from scipy.linalg import cho_factor
 
     state, m = cache.state, y.shape[0]
     a2, b2 = 2.0 * (1.0 - lam), 2.0 * lam
@@ -536,7 +536,8 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
     F = F[:rank]
     I = gamma > 0
     cg_tol, final_tol, prev_changes, stalls = _EARLY_TOL, max(0.1 * tol, 1e-10), np.inf, 0
-    gI = nu = idx = block_buf = M = None
+    gI = idx = M = None
+    block = [None]  # one buffer for the principal blocks of every iteration
     I_M = np.zeros(m, dtype=bool)
     X_prev = np.zeros((2, m))
     n_it = 0
@@ -549,63 +550,17 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
         Dp = a2 * dres[idx] + b2 * iwI
         A = np.ascontiguousarray(F[:, idx])
         if rank:  # M = I + 2 (1 - lam) F_I diag(1 / Dp) F_I^T, updated for the examples that changed
-            changed = np.flatnonzero(I != I_M)
-            if M is None or changed.size > idx.size // 2:
-                M = np.eye(rank) + a2 * ((A / Dp) @ A.T)
-            else:
-                Fc = F[:, changed]
-                sign = np.where(I[changed], 1.0, -1.0)
-                M += a2 * ((Fc * (sign / (a2 * dres[changed] + b2 * inv_w[changed]))) @ Fc.T)
+            M = _update_capacitance(M, F, A, Dp, I, I_M, a2, b2 * inv_w, dres)
             I_M = I.copy()
-            Mf = cho_factor(M)
-        yD = yI / Dp
-
-        def prec(R):
-            out = R / Dp
-            if rank:
-                out -= a2 * yD * (cho_solve(Mf, A @ (R * yD).T).T @ A)
-            return out
-
-        if n * n * cache.dtype.itemsize <= block_bytes:  # the principal block, read once per product
-            if block_buf is None or block_buf.size < n * n:  # one buffer for the iterations
-                block_buf = np.empty(min(2 * n * n, block_bytes // cache.dtype.itemsize), dtype=cache.dtype)
-            Kb = block_buf[: n * n].reshape(n, n)
-            _gather_block(state, idx, Kb)
-
-            def kmul(V):
-                out = np.empty_like(V)
-                _sym_matmul(Kb, V, out)
-                return out
-        else:  # from the full cached rows
-
-            def kmul(V):
-                full = np.zeros((V.shape[0], m))
-                _rows_combination(state, idx, V, full)
-                return full[:, idx]
+        prec = _woodbury_preconditioner(Dp, a2 * yI / Dp, A, cho_factor(M) if rank else None, a2)
+        kmul = _kernel_block_product(cache, idx, block_bytes, block)
 
         def hmul(V):
             return a2 * yI * kmul(V * yI) + b2 * iwI * V
 
         B = np.vstack([pos[idx], ~pos[idx]]).astype(np.float64)
         Xs = X_prev[:, idx]  # warm start: the previous solutions, 0 on examples that just entered
-        R = B - hmul(Xs) if n_it > 1 else B.copy()
-        Z = prec(R)
-        P = Z.copy()
-        rz = np.sum(R * Z, axis=1)
-        n_cg = 0
-        for _ in range(_NEWTON_MAX_CG):
-            n_cg += 1
-            if (np.max(np.abs(R)) <= final_tol if cg_tol <= final_tol else
-                    np.max(np.sum(R * R, axis=1) / np.sum(B, axis=1)) <= cg_tol * cg_tol):
-                break
-            HP = hmul(P)
-            alpha = rz / np.sum(P * HP, axis=1)
-            Xs += alpha[:, None] * P
-            R -= alpha[:, None] * HP
-            Z = prec(R)
-            rz_new = np.sum(R * Z, axis=1)
-            P = Z + (rz_new / rz)[:, None] * P
-            rz = rz_new
+        _cg_two_rhs(hmul, prec, B, Xs, first=n_it == 1, cg_tol=cg_tol, final_tol=final_tol)
         X_prev[:] = 0.0
         X_prev[:, idx] = Xs
         S = Xs @ B.T  # S[c, c'] = sum over class c' of the solution for class c
@@ -616,9 +571,7 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
         gI = nu @ Xs
         g = np.zeros(m)
         g[idx] = gI
-        s_all = np.zeros((1, m))
-        _rows_combination(state, idx, (yI * gI)[None, :], s_all)
-        G = a2 * y * s_all[0] + b2 * g * inv_w
+        G = _kmomd_gradient(state, y, g, idx, a2, b2 * inv_w)
         I_new = (I & (g > 0)) | (~I & (G < np.where(pos, nu[0], nu[1])))
         changes = int(np.count_nonzero(I_new != I))
         if cg_tol > final_tol and (changes <= 0.05 * n or changes >= prev_changes):
@@ -631,17 +584,98 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
                 break
         prev_changes = changes
         I = I_new
-    g = np.zeros(m)
+    return _feasible_point(state, y, idx, gI, pos, a2, b2 * inv_w, n_it)
+
+
+def _update_capacitance(M, F, A, Dp, I, I_M, a2, b2_inv_w, dres):
+    """M = I + a2 F_I diag(1 / Dp) F_I^T: afresh, or by the rank updates of the examples that
+    entered or left I since M was made (on support I_M)."""
+    changed = np.flatnonzero(I != I_M)
+    if M is None or changed.size > A.shape[1] // 2:
+        return np.eye(F.shape[0]) + a2 * ((A / Dp) @ A.T)
+    Fc = F[:, changed]
+    sign = np.where(I[changed], 1.0, -1.0)
+    M += a2 * ((Fc * (sign / (a2 * dres[changed] + b2_inv_w[changed]))) @ Fc.T)
+    return M
+
+
+def _woodbury_preconditioner(Dp, yD, A, Mf, a2):
+    """R -> P^-1 R for P = diag(Dp) + a2 Y A^T A Y by the Woodbury identity (Mf: the Cholesky
+    factor of the capacitance matrix; None without landmarks)."""
+    from scipy.linalg import cho_solve
+
+    def prec(R):
+        out = R / Dp
+        if Mf is not None:
+            out -= a2 * yD * (cho_solve(Mf, A @ (R * yD).T).T @ A)
+        return out
+
+    return prec
+
+
+def _kernel_block_product(cache, idx, block_bytes, block):
+    """V -> V K_II: from the principal block of K on I, gathered once into ``block[0]`` (reused
+    across iterations) when it fits in ``block_bytes``, else from the full cached rows of I."""
+    state, n, m = cache.state, idx.size, cache.diag.shape[0]
+    if n * n * cache.dtype.itemsize <= block_bytes:
+        if block[0] is None or block[0].size < n * n:
+            block[0] = np.empty(min(2 * n * n, block_bytes // cache.dtype.itemsize), dtype=cache.dtype)
+        Kb = block[0][: n * n].reshape(n, n)
+        _gather_block(state, idx, Kb)
+
+        def kmul(V):
+            out = np.empty_like(V)
+            _sym_matmul(Kb, V, out)
+            return out
+        return kmul
+
+    def kmul_rows(V):
+        full = np.zeros((V.shape[0], m))
+        _rows_combination(state, idx, V, full)
+        return full[:, idx]
+    return kmul_rows
+
+
+def _cg_two_rhs(hmul, prec, B, Xs, *, first, cg_tol, final_tol):
+    """Preconditioned conjugate gradients for H Xs = B (two right-hand sides, rows of B), from
+    Xs in place; stops at the relative residual ``cg_tol`` or, once ``cg_tol <= final_tol``, at
+    the absolute residual ``final_tol``."""
+    R = B.copy() if first else B - hmul(Xs)
+    Z = prec(R)
+    P = Z.copy()
+    rz = np.sum(R * Z, axis=1)
+    for _ in range(_NEWTON_MAX_CG):
+        if (np.max(np.abs(R)) <= final_tol if cg_tol <= final_tol else
+                np.max(np.sum(R * R, axis=1) / np.sum(B, axis=1)) <= cg_tol * cg_tol):
+            break
+        HP = hmul(P)
+        alpha = rz / np.sum(P * HP, axis=1)
+        Xs += alpha[:, None] * P
+        R -= alpha[:, None] * HP
+        Z = prec(R)
+        rz_new = np.sum(R * Z, axis=1)
+        P = Z + (rz_new / rz)[:, None] * P
+        rz = rz_new
+
+
+def _kmomd_gradient(state, y, g, rows, a2, b2_inv_w):
+    """The gradient a2 Y K Y g + b2 W^-1 g of the dual at g (non-zero on ``rows``)."""
+    s_all = np.zeros((1, y.shape[0]))
+    _rows_combination(state, rows, (y[rows] * g[rows])[None, :], s_all)
+    return a2 * y * s_all[0] + b2_inv_w * g
+
+
+def _feasible_point(state, y, idx, gI, pos, a2, b2_inv_w, n_it):
+    """(gamma, its gradient, n_it) from the last iterate: negative weights dropped and each
+    class renormalised; None when a class is left without weight."""
+    g = np.zeros(y.shape[0])
     g[idx] = np.maximum(gI, 0.0)
     for cls in (pos, ~pos):
         total = g[cls].sum()
         if not total > 0:
             return None
         g[cls] /= total
-    sv = np.flatnonzero(g > 0)
-    s_all = np.zeros((1, m))
-    _rows_combination(state, sv, (y[sv] * g[sv])[None, :], s_all)
-    return g, a2 * y * s_all[0] + b2 * g * inv_w, n_it
+    return g, _kmomd_gradient(state, y, g, np.flatnonzero(g > 0), a2, b2_inv_w), n_it
 
 
 def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-3, max_iter=10_000_000,
