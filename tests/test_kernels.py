@@ -97,7 +97,7 @@ def test_row_cache_keeps_64_bit_csr_indices(X):
     Xs = sp.csr_matrix(X)
     Xs.indices, Xs.indptr = Xs.indices.astype(np.int64), Xs.indptr.astype(np.int64)
     cache = KernelRowCache(spec, Xs)
-    assert cache.state[9].dtype == np.int64 and cache.state[10].dtype == np.int64
+    assert cache.state.rows.indices.dtype == np.int64 and cache.state.rows.indptr.dtype == np.int64
     K = kernel_matrix(spec, X)
     for i in (0, 7, 36):
         np.testing.assert_allclose(cache.row(i), K[i], rtol=1e-12, atol=1e-14)

@@ -30,7 +30,7 @@ from numba import njit
 from sklearn.metrics.pairwise import pairwise_kernels
 
 from ._validation import check_callable_kernel_output
-from .solvers._rows import row_sq_norms
+from .solvers._rows import make_rows, row_axpy, row_sq_norms, rows_dot
 
 KERNELS = ("linear", "rbf", "poly", "sigmoid", "precomputed")
 
@@ -285,35 +285,12 @@ def _dot_rows_dense(XT, i, out):
 
 
 @njit(cache=True)
-def csr_scatter(data, indices, indptr, i, scale, dense):
-    """dense[indices of row i] += scale * (values of row i) for a CSR matrix."""
-    for k in range(indptr[i], indptr[i + 1]):
-        dense[indices[k]] += scale * data[k]
-
-
-@njit(cache=True)
-def csr_clear(indices, indptr, i, dense):
-    """dense[indices of row i] = 0 (undoes :func:`csr_scatter` on a zeroed array)."""
-    for k in range(indptr[i], indptr[i + 1]):
-        dense[indices[k]] = 0.0
-
-
-@njit(cache=True)
-def csr_row_dot(data, indices, indptr, j, dense):
-    """<row j of a CSR matrix, dense>."""
-    s = 0.0
-    for k in range(indptr[j], indptr[j + 1]):
-        s += data[k] * dense[indices[k]]
-    return s
-
-
-@njit(cache=True)
-def _dot_rows_csr(data, indices, indptr, i, out, scratch):
-    m = indptr.shape[0] - 1
-    csr_scatter(data, indices, indptr, i, 1.0, scratch)
-    for j in range(m):
-        out[j] = csr_row_dot(data, indices, indptr, j, scratch)
-    csr_clear(indices, indptr, i, scratch)
+def _dot_rows_csr(rows, i, out, scratch):
+    """out[j] = <x_i, x_j> for every row j of CSR rows: row i scattered into the zeroed dense
+    ``scratch``, a product with every row, and the scatter undone (x - x is exactly 0)."""
+    row_axpy(rows, i, 1.0, scratch)
+    rows_dot(rows, scratch, out)
+    row_axpy(rows, i, -1.0, scratch)
 
 
 @njit(cache=True)
@@ -333,7 +310,7 @@ def compute_kernel_row(cache, i, out):
     if Xd.shape[0] > 0:
         _dot_rows_dense(Xd, i, buf)
     else:
-        _dot_rows_csr(cache.data, cache.indices, cache.indptr, i, buf, cache.scratch)
+        _dot_rows_csr(cache.rows, i, buf, cache.scratch)
     gamma, coef0, degree = params[0], params[1], params[2]
     if kind == KIND_RBF:
         sqn = cache.sq_norms
@@ -457,8 +434,11 @@ def _store_block(slots, B, r0, tile):
 #: empty for CSR rows; ``data``, ``indices``, ``indptr``: the CSR rows (sorted indices, float64)
 #: or empty; ``sq_norms``: ||x_i||^2; ``scratch``: a zeroed float64 vector of length d (CSR);
 #: ``work``: two float64 rows (the row being computed, exp scratch).
+#: The ``rows`` of a cache whose kernel rows are not computed from CSR data (no rows at all).
+_NO_ROWS = make_rows(sp.csr_matrix((0, 0), dtype=np.float64))
+
 RowCacheState = namedtuple("RowCacheState", ["slots", "slot_of", "row_of", "stamp", "counters", "kind", "params", "X",
-                                             "data", "indices", "indptr", "sq_norms", "scratch", "work"])
+                                             "rows", "sq_norms", "scratch", "work"])
 
 
 #: Tolerances from which the estimators store kernel rows in float32 (see :func:`cache_dtype`).
@@ -519,23 +499,24 @@ class KernelRowCache:
             X = kernel_matrix(spec, X, max_bytes=max_bytes)
             kind = "precomputed"
         empty_f = np.zeros(0, dtype=np.float64)
-        empty_i = np.zeros(0, dtype=np.int32)
+        no_rows = _NO_ROWS
         if kind == "precomputed":
             Xd = np.ascontiguousarray(X, dtype=np.float64)
-            data, indices, indptr, sqn, scratch = empty_f, empty_i, empty_i, empty_f, empty_f
+            rows, sqn, scratch = no_rows, empty_f, empty_f
         elif sp.issparse(X):
             Xc = sp.csr_matrix(X, dtype=np.float64)
             Xc.sort_indices()
             Xd = np.zeros((0, 0), dtype=np.float64)
             # scipy's index dtype: int32, or int64 when nnz or the shape need it (numba compiles both)
             it = np.int64 if np.int64 in (Xc.indices.dtype, Xc.indptr.dtype) else np.int32
-            data, indices, indptr = Xc.data, Xc.indices.astype(it, copy=False), Xc.indptr.astype(it, copy=False)
+            rows = make_rows(Xc)._replace(indices=Xc.indices.astype(it, copy=False),
+                                          indptr=Xc.indptr.astype(it, copy=False))
             sqn = row_sq_norms(Xc)
             scratch = np.zeros(Xc.shape[1], dtype=np.float64)
         else:
             Xf = np.asarray(X, dtype=np.float64)
             Xd = np.ascontiguousarray(Xf.T)  # (d, m): a row is computed by d contiguous passes
-            data, indices, indptr, scratch = empty_f, empty_i, empty_i, empty_f
+            rows, scratch = no_rows, empty_f
             sqn = row_sq_norms(Xf)
         n_slots = int(max(2, min(m, max_bytes // max(1, dtype.itemsize * m))))
         params = np.array([spec.gamma, spec.coef0, float(spec.degree)], dtype=np.float64)
@@ -548,9 +529,7 @@ class KernelRowCache:
             kind=_KIND_CODE[kind],
             params=params,
             X=Xd,
-            data=data,
-            indices=indices,
-            indptr=indptr,
+            rows=rows,
             sq_norms=sqn,
             scratch=scratch,
             work=np.empty((2, m), dtype=np.float64),
@@ -582,12 +561,11 @@ class KernelRowCache:
             raise ValueError(f"gram must be a square matrix; got shape {G.shape}.")
         self = cls.__new__(cls)
         empty_f = np.zeros(0, dtype=np.float64)
-        empty_i = np.zeros(0, dtype=np.int32)
         ident = np.arange(m, dtype=np.int64)
         self.state = RowCacheState(slots=G, slot_of=ident, row_of=ident.copy(), stamp=np.zeros(m, dtype=np.int64),
                                    counters=np.array([0, 0, 0, m], dtype=np.int64), kind=KIND_PRECOMPUTED,
-                                   params=np.zeros(3), X=G, data=empty_f, indices=empty_i, indptr=empty_i,
-                                   sq_norms=empty_f, scratch=empty_f, work=np.empty((2, 0)))
+                                   params=np.zeros(3), X=G, rows=_NO_ROWS, sq_norms=empty_f,
+                                   scratch=empty_f, work=np.empty((2, 0)))
         self.n_slots = m
         self.spec = KernelSpec("precomputed")
         self.dtype = G.dtype
