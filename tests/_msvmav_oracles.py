@@ -9,7 +9,12 @@ import numpy as np
 import scipy.linalg as sla
 from scipy.linalg import blas, lapack
 
-from margindist.solvers.msvmav._common import CHECK_EVERY, REFRESH_TOL, diverged, probe_vector
+from margindist.solvers.msvmav._common import (
+    CHECK_EVERY,
+    REFRESH_TOL,
+    diverged,
+    probe_vector,
+)
 from margindist.solvers.msvmav._direct import potri_full
 from margindist.solvers.msvmav._history import History
 

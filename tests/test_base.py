@@ -8,7 +8,6 @@ matplotlib.use("Agg")
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 from sklearn.datasets import make_blobs
 from sklearn.metrics.pairwise import pairwise_kernels
 from sklearn.multiclass import OneVsOneClassifier, OneVsRestClassifier

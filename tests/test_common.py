@@ -12,9 +12,10 @@ import importlib
 import inspect
 import pkgutil
 
-import margindist.models
 from sklearn.base import BaseEstimator
 from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import margindist.models
 
 
 def discover_estimators():

@@ -13,7 +13,15 @@ from sklearn.preprocessing import MinMaxScaler
 from sklearn.utils._param_validation import InvalidParameterError
 
 import margindist
-from margindist import KMOMDCV, LDMCV, LSSVMCV, M3SVMCV, ODMCV, MarginPursuitCV, MSVMAvCV
+from margindist import (
+    KMOMDCV,
+    LDMCV,
+    LSSVMCV,
+    M3SVMCV,
+    ODMCV,
+    MarginPursuitCV,
+    MSVMAvCV,
+)
 from margindist.search import Scaled
 
 # estimator, small grid, extra parameters (deterministic solvers, so a warm-started point

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.usefixtures("single_blas_thread")
 # data: each function returns a fresh (X, y); the expensive part is cached
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _scaled(name, n=None, seed=0):
     X, y = load_dataset(name)
     X = MinMaxScaler().fit_transform(X)
@@ -94,7 +94,7 @@ def sparse_three_class():
     return X, rng.integers(0, 3, 80)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _iris_std():
     X, y = load_iris(return_X_y=True)
     return StandardScaler().fit_transform(X), y

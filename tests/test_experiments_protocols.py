@@ -191,7 +191,7 @@ def test_cv_search_warm_starts_along_the_last_parameter(rng):
     y = (X[:, 0] > 0).astype(int)
     folds = _folds(y, 3)
     grid = {"c": [0.1, 1.0, 10.0, 100.0]}
-    exact = lambda est: True  # noqa: E731
+    exact = lambda est: True
     _Spy.built = 0
     cv_search(lambda p: _Spy(**p), grid, X, y, folds, warm_start=True, exact_warm_start=exact)
     assert _Spy.built == 3  # one estimator per fold, refitted along the path

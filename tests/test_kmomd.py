@@ -15,7 +15,13 @@ from sklearn.svm import SVC
 from margindist.datasets import load_dataset
 from margindist.kernels import KernelSpec, kernel_matrix, resolve_kernel
 from margindist.models.kmomd import KMOMD
-from margindist.solvers.kmomd import _neg_dual, _waterfill, kmomd_kernel, kmomd_linear, kmomd_objective
+from margindist.solvers.kmomd import (
+    _neg_dual,
+    _waterfill,
+    kmomd_kernel,
+    kmomd_linear,
+    kmomd_objective,
+)
 
 TIGHT = 1e-12
 

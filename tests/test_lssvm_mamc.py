@@ -10,7 +10,6 @@ from margindist.datasets import load_dataset
 from margindist.models.lssvm import LSSVM
 from margindist.models.mamc import MAMC
 
-
 #: many small fits: one BLAS thread (see conftest.single_blas_thread)
 pytestmark = pytest.mark.usefixtures("single_blas_thread")
 

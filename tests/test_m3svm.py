@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _numdiff import central_diff
 from scipy.optimize import minimize
 from sklearn.datasets import load_iris, make_blobs
 from sklearn.exceptions import ConvergenceWarning
@@ -25,8 +26,6 @@ from margindist.solvers.m3svm import (
     m3svm_objective,
     pairwise_penalty,
 )
-
-from _numdiff import central_diff
 
 
 @pytest.fixture(autouse=True, scope="module")

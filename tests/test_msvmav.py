@@ -5,6 +5,8 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _msvmav_oracles import kernel_factor_loop
+from _numdiff import central_diff
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics.pairwise import rbf_kernel
 from sklearn.preprocessing import MinMaxScaler
@@ -12,11 +14,14 @@ from sklearn.preprocessing import MinMaxScaler
 from margindist.datasets import load_dataset
 from margindist.metrics import msvmav_bound_term, semivariance
 from margindist.models.msvmav import MSVMAv
-from margindist.solvers.msvmav import Design, FactorCache, msvmav_iterate, msvmav_kernel, msvmav_linear
+from margindist.solvers.msvmav import (
+    Design,
+    FactorCache,
+    msvmav_iterate,
+    msvmav_kernel,
+    msvmav_linear,
+)
 from margindist.solvers.msvmav._cg import CGSystem
-
-from _msvmav_oracles import kernel_factor_loop
-from _numdiff import central_diff
 
 UPDATES = ["sherman-morrison", "batched", "cg"]
 

@@ -25,11 +25,11 @@ import pytest
 import scipy.sparse as sp
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-import margindist as md  # noqa: E402
-from margindist.exceptions import DegenerateModelWarning, FeatureScaleWarning  # noqa: E402
+import margindist as md
+from margindist.exceptions import DegenerateModelWarning, FeatureScaleWarning
 
 settings.register_profile("ci", max_examples=8, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

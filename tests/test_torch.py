@@ -11,9 +11,10 @@ from sklearn.preprocessing import StandardScaler
 
 torch = pytest.importorskip("torch")
 
-from margindist.models.m3svm import M3SVM  # noqa: E402
-from margindist.solvers.m3svm import m3svm_adam, m3svm_lbfgs, pairwise_penalty as np_penalty  # noqa: E402
-from margindist.torch import (  # noqa: E402
+from margindist.models.m3svm import M3SVM
+from margindist.solvers.m3svm import m3svm_adam, m3svm_lbfgs
+from margindist.solvers.m3svm import pairwise_penalty as np_penalty
+from margindist.torch import (
     ISM3Loss,
     m3svm_adam_torch,
     pairwise_penalty,

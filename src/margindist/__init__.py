@@ -16,7 +16,15 @@ from .metrics import (
     normalized_margins,
     semivariance,
 )
-from .models.cv import KMOMDCV, LDMCV, LSSVMCV, M3SVMCV, MSVMAvCV, ODMCV, MarginPursuitCV
+from .models.cv import (
+    KMOMDCV,
+    LDMCV,
+    LSSVMCV,
+    M3SVMCV,
+    ODMCV,
+    MarginPursuitCV,
+    MSVMAvCV,
+)
 from .models.fmm import FMM
 from .models.kmomd import KMOMD
 from .models.ldm import LDM

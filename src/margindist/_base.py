@@ -41,7 +41,11 @@ from joblib import Parallel, delayed
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.class_weight import compute_class_weight
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+from sklearn.utils.validation import (
+    _check_sample_weight,
+    check_is_fitted,
+    validate_data,
+)
 
 from ._validation import (
     canonical_csr,
@@ -77,7 +81,7 @@ class FitLogger:
     def __init__(self, verbose=0):
         self.verbose = int(verbose or 0)
 
-    def isEnabledFor(self, level: int) -> bool:  # noqa: N802 (logging's name)
+    def isEnabledFor(self, level: int) -> bool:
         if self.verbose >= 2 or (self.verbose >= 1 and level >= logging.INFO):
             return True
         return logger.isEnabledFor(level)
@@ -539,7 +543,7 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
     def _shared_setup(self, X, sample_weight, kernel):
         """Work that one-vs-rest sub-problems (same rows, different labels) can share; it
         reaches ``_fit_binary`` as ``problem.shared``."""
-        return None
+        return
 
     def _warm_key(self, X, kernel, problems):
         """What must match for the previous fit's sub-problem states to be valid starts."""

@@ -21,8 +21,8 @@ from .exceptions import DegenerateModelWarning, FeatureScaleWarning
 __all__ = [
     "canonical_csr",
     "check_callable_kernel_output",
-    "check_class_weight",
     "check_class_totals",
+    "check_class_weight",
     "check_labels",
     "close_matches",
     "feature_scale_problem",

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numbers
 from collections import namedtuple
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import scipy.sparse as sp
@@ -382,8 +382,7 @@ def _claim_slot(cache, i):
     slot_of[i] = i
     row_of[i] = i
     stamp[i] = counters[0]
-    if counters[3] < i + 1:
-        counters[3] = i + 1
+    counters[3] = max(counters[3], i + 1)
 
 
 @njit(cache=True)
@@ -545,7 +544,7 @@ class KernelRowCache:
             self.diag = kernel_diag(spec, X)
 
     @classmethod
-    def from_gram(cls, gram) -> "KernelRowCache":
+    def from_gram(cls, gram) -> KernelRowCache:
         """A full cache over an existing (m, m) Gram matrix, used in place (no copy when it is a
         C-contiguous float64 or float32 array): row i is ``gram[i]``, every read is a hit.
 

@@ -20,9 +20,9 @@ import scipy.sparse as sp
 __all__ = [
     "estimator_margins",
     "estimator_weight_norm",
+    "label_index",
     "margin_stats",
     "msvmav_bound_term",
-    "label_index",
     "multiclass_margins",
     "normalized_margins",
     "pairwise_margins",

@@ -22,8 +22,17 @@ from dataclasses import dataclass, field
 import numpy as np
 from sklearn.utils._param_validation import validate_parameter_constraints
 
-__all__ = ["Scaled", "pow2", "grid_points", "resolve_grid", "cv_search", "grid_to_dict", "SearchResult", "fold_data",
-           "mean_scores"]
+__all__ = [
+    "Scaled",
+    "SearchResult",
+    "cv_search",
+    "fold_data",
+    "grid_points",
+    "grid_to_dict",
+    "mean_scores",
+    "pow2",
+    "resolve_grid",
+]
 
 RULES = ("per_feature", "rbf_width", "per_class")
 

@@ -21,10 +21,20 @@ or ``margindist reproduce msvmav-linear --quick`` on the command line. A custom 
 See ``docs/experiments.md``.
 """
 
+from ..search import Scaled, cv_search, pow2
 from .parallel import dask_available, execute
 from .planning import Plan, plan_experiment
 from .presets import PRESETS, UnknownPresetError, get_preset, list_presets
-from .protocols import DatasetSpec, Protocol, derive_seed, load_data, parse_dataset, preprocess
+from .progress import Progress
+from .protocols import (
+    DatasetSpec,
+    Protocol,
+    derive_seed,
+    load_data,
+    parse_dataset,
+    preprocess,
+)
+from .records import Experiment, MethodRun, Task, TaskRecord
 from .registry import (
     SVRClassifier,
     UnknownMethodError,
@@ -33,12 +43,16 @@ from .registry import (
     list_methods,
     method_status,
 )
-from .reports import Summary, csv_table, latex_table, markdown_table, summarize_experiment, write_reports
-from .progress import Progress
-from .records import Experiment, MethodRun, Task, TaskRecord
+from .reports import (
+    Summary,
+    csv_table,
+    latex_table,
+    markdown_table,
+    summarize_experiment,
+    write_reports,
+)
 from .runner import run_experiment
 from .running import RunOutcome
-from ..search import Scaled, cv_search, pow2
 from .stats import PairedTest, paired_ttest, summarize, win_tie_loss
 from .store import ResultStore
 from .tasks import execute_task

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from .progress import Progress
 
-__all__ = ["execute", "Progress", "dask_available", "runs_in_process"]
+__all__ = ["Progress", "dask_available", "execute", "runs_in_process"]
 
 
 def dask_available() -> bool:

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..search import Scaled, pow2
 from .protocols import DatasetSpec, Protocol
 from .registry import did_you_mean
 from .runner import Experiment, MethodRun
-from ..search import Scaled, pow2
 
 __all__ = ["PRESETS", "UnknownPresetError", "get_preset", "list_presets", "paper_grid", "paper_grid_source",
            "preset_method_run"]

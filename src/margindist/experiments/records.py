@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass, field, fields
 import numpy as np
 
 from .. import __version__
-from .protocols import DatasetSpec, Protocol, stable_hash
 from ..search import Scaled, grid_to_dict
+from .protocols import DatasetSpec, Protocol, stable_hash
 from .stats import TESTS
 
 __all__ = ["Experiment", "MethodRun", "Task", "TaskRecord", "config_hash", "fmt_value", "make_task"]

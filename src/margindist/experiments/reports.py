@@ -56,8 +56,17 @@ from .stats import (
     win_tie_loss,
 )
 
-__all__ = ["MultiDatasetStats", "Summary", "summarize_experiment", "multi_dataset_stats", "write_reports",
-           "markdown_table", "csv_table", "latex_table", "multi_dataset_markdown"]
+__all__ = [
+    "MultiDatasetStats",
+    "Summary",
+    "csv_table",
+    "latex_table",
+    "markdown_table",
+    "multi_dataset_markdown",
+    "multi_dataset_stats",
+    "summarize_experiment",
+    "write_reports",
+]
 
 #: Display names of the per-dataset tests.
 TEST_NAMES = {"paired-t": "two-sided paired t-test over the splits",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-__all__ = ["ResultStore", "RECORD_FIELDS", "StoreError"]
+__all__ = ["RECORD_FIELDS", "ResultStore", "StoreError"]
 
 
 class StoreError(RuntimeError):

@@ -17,11 +17,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..search import cv_search, grid_points, point_params, resolve_grid
+from ..solvers.msvmav import FactorCache
 from .protocols import derive_seed, make_split
 from .records import Task, TaskRecord
 from .registry import estimator_margins, get_method
-from ..solvers.msvmav import FactorCache
-from ..search import cv_search, grid_points, point_params, resolve_grid
 
 __all__ = ["MARGIN_POINTS", "WARMUP_ROWS", "execute_task"]
 

@@ -44,7 +44,7 @@ from .margin_pursuit import MarginPursuit
 from .msvmav import MSVMAv
 from .odm import ODM
 
-__all__ = ["ODMCV", "LDMCV", "MSVMAvCV", "KMOMDCV", "M3SVMCV", "MarginPursuitCV", "LSSVMCV"]
+__all__ = ["KMOMDCV", "LDMCV", "LSSVMCV", "M3SVMCV", "ODMCV", "MSVMAvCV", "MarginPursuitCV"]
 
 _SEARCH_PARAMS = ("param_grid", "cv", "scoring", "refit", "n_jobs")
 
@@ -155,7 +155,9 @@ class _MarginCV(ClassifierMixin, BaseEstimator):
         return resolve_grid(grid, X, n_features, int(seed), np.unique(y).size)
 
     def _paper_grid(self) -> dict:
-        from ..experiments.presets import paper_grid  # the presets are the grids' one source
+        from ..experiments.presets import (
+            paper_grid,  # the presets are the grids' one source
+        )
 
         kernel = getattr(self, "kernel", "linear")
         grid = paper_grid(self._method, kernel if isinstance(kernel, str) else "callable")

@@ -11,9 +11,23 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.metaestimators import available_if
 
 from .._base import BaseMarginClassifier, BinaryModel, get_logger
-from .._params import KERNEL_PARAMS, MULTICLASS_PARAMS, NON_NEGATIVE, POSITIVE, RANDOM_STATE, VERBOSE
+from .._params import (
+    KERNEL_PARAMS,
+    MULTICLASS_PARAMS,
+    NON_NEGATIVE,
+    POSITIVE,
+    RANDOM_STATE,
+    VERBOSE,
+)
 from ..kernels import kernel_matrix
-from ..solvers.ldm import ASGDState, LDMKernelBase, LDMLinearFactor, ldm_asgd, ldm_dcd_kernel, ldm_dcd_linear
+from ..solvers.ldm import (
+    ASGDState,
+    LDMKernelBase,
+    LDMLinearFactor,
+    ldm_asgd,
+    ldm_dcd_kernel,
+    ldm_dcd_linear,
+)
 
 #: solver="auto" on a linear problem: the dual DCD needs the dense transformed data
 #: Z (m x (d + 1) float64) and a (d + 1) x (d + 1) factorisation, and its number of epochs

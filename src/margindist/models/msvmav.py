@@ -21,7 +21,13 @@ from .._params import (
     RANDOM_STATE,
     VERBOSE,
 )
-from ..solvers.msvmav import CHANGE_WINDOW, FactorCache, blas_single_thread, msvmav_kernel, msvmav_linear
+from ..solvers.msvmav import (
+    CHANGE_WINDOW,
+    FactorCache,
+    blas_single_thread,
+    msvmav_kernel,
+    msvmav_linear,
+)
 
 __all__ = ["MSVMAv"]
 

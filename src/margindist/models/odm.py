@@ -10,7 +10,14 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._base import BaseMarginClassifier, BinaryModel, get_logger
 from .._defaults import odm_lam
-from .._params import CACHE_SIZE, KERNEL_PARAMS, MULTICLASS_PARAMS, POSITIVE, RANDOM_STATE, VERBOSE
+from .._params import (
+    CACHE_SIZE,
+    KERNEL_PARAMS,
+    MULTICLASS_PARAMS,
+    POSITIVE,
+    RANDOM_STATE,
+    VERBOSE,
+)
 from ..kernels import KernelRowCache, cache_dtype
 from ..solvers.odm import odm_dcd_kernel, odm_dcd_linear, odm_newton, odm_svrg
 

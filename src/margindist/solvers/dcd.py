@@ -51,9 +51,9 @@ from sklearn.exceptions import ConvergenceWarning
 
 from ..kernels import KernelRowCache, cache_row
 from ._result import SolverResult
-from ._rows import make_rows, row_axpy, row_dot, row_sq_norms, rng_shuffle, seed_from
+from ._rows import make_rows, rng_shuffle, row_axpy, row_dot, row_sq_norms, seed_from
 
-__all__ = ["BoxQP", "DCDOptions", "DCDResult", "KernelPath", "dcd_linear", "dcd_kernel"]
+__all__ = ["BoxQP", "DCDOptions", "DCDResult", "KernelPath", "dcd_kernel", "dcd_linear"]
 
 
 @dataclass(kw_only=True)
@@ -163,10 +163,8 @@ def _coordinate_steps(i, m, n_sides, ui, qdi, D, p, U, a, shrinking, pg_max_old,
         else:
             shrink = False
             pg = g
-        if pg > stats[0]:
-            stats[0] = pg
-        if pg < stats[1]:
-            stats[1] = pg
+        stats[0] = max(stats[0], pg)
+        stats[1] = min(stats[1], pg)
         if abs(pg) > 1e-12:
             denom = qdi + D[k]
             if denom > 0.0:

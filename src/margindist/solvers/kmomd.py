@@ -68,17 +68,23 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from ..kernels import DEFAULT_CACHE_BYTES, KernelRowCache, KernelSpec, cache_row, kernel_decision
+from ..kernels import (
+    DEFAULT_CACHE_BYTES,
+    KernelRowCache,
+    KernelSpec,
+    cache_row,
+    kernel_decision,
+)
 from ._result import SolverResult
 from ._rows import make_rows, row_axpy, row_dot, row_sq_norms, rows_dot
 
 __all__ = [
     "KMOMDResult",
+    "initial_distribution",
+    "kmomd_centroid",
     "kmomd_kernel",
     "kmomd_linear",
-    "kmomd_centroid",
     "kmomd_objective",
-    "initial_distribution",
 ]
 
 #: Curvature floor for a pair step (LIBSVM's tau): duplicate points at lam = 0, or a kernel that
@@ -173,7 +179,7 @@ def _pair_step(gamma, G, inv_w, lam, g_r, g_q, dist_sq, r, q):
     """Exact clipped step moving mass from q to r (gamma and the penalty part of G updated);
     returns (eps, change of the objective)."""
     H = 2.0 * (1.0 - lam) * dist_sq + 2.0 * lam * (inv_w[r] + inv_w[q])
-    Hs = H if H > _TAU else _TAU
+    Hs = max(_TAU, H)
     eps = (g_q - g_r) / Hs  # > 0 for a violating pair
     if eps >= gamma[q]:  # feasibility: eps in [-gamma_r, gamma_q]
         eps = gamma[q]

@@ -43,13 +43,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg as sla
-from scipy.linalg import lapack
 import scipy.sparse as sp
 from numba import njit
+from scipy.linalg import lapack
 
 from ._result import UnpackableResult
 from ._rows import make_rows, row_axpy, row_axpy2, row_dot, row_sq_norms
 from .dcd import dcd_kernel, dcd_linear
+
 
 @njit(cache=True)
 def _store(scal, wdiv, adiv, wfrac, t, abar_nz, pm):
@@ -82,16 +83,16 @@ def _symmetrize(A):
 
 
 __all__ = [
-    "LDMKernelResult",
-    "LDMLinearResult",
-    "ldm_primal_objective",
-    "LDMKernelBase",
-    "LDMKernelSystem",
-    "ldm_dcd_kernel",
-    "LDMLinearFactor",
-    "ldm_dcd_linear",
     "ASGDState",
+    "LDMKernelBase",
+    "LDMKernelResult",
+    "LDMKernelSystem",
+    "LDMLinearFactor",
+    "LDMLinearResult",
     "ldm_asgd",
+    "ldm_dcd_kernel",
+    "ldm_dcd_linear",
+    "ldm_primal_objective",
     "ldm_sgd_objective",
 ]
 

@@ -45,15 +45,14 @@ from ._result import SolverResult, UnpackableResult
 from ._rows import permutation, seed_from
 from ._threads import single_scipy_blas_thread
 
-
 __all__ = [
-    "pairwise_penalty",
-    "m3svm_objective",
-    "M3SVMResult",
-    "m3svm_lbfgs",
-    "m3svm_adam",
-    "adam_minimize",
     "AdamResult",
+    "M3SVMResult",
+    "adam_minimize",
+    "m3svm_adam",
+    "m3svm_lbfgs",
+    "m3svm_objective",
+    "pairwise_penalty",
 ]
 
 #: Pairs with Gram-form squared distance below this fraction of ||w_k||^2 + ||w_l||^2 are recomputed.
@@ -146,8 +145,7 @@ def _softmax_term(S, y, s, G):
     for i in range(n):
         m = S[i, 0]
         for k in range(1, K):
-            if S[i, k] > m:
-                m = S[i, k]
+            m = max(m, S[i, k])
         tot = 0.0
         for k in range(K):
             e = math.exp(S[i, k] - m)

@@ -72,4 +72,4 @@ def mamc_kernel(spec: KernelSpec, X, y, sample_weight, bias="midpoint"):
     return MAMCResult(coef=c, b=b)
 
 
-__all__ = ["MAMCResult", "mamc_linear", "mamc_kernel"]
+__all__ = ["MAMCResult", "mamc_kernel", "mamc_linear"]

@@ -397,8 +397,7 @@ def _step_begin(acc, xsq, ymk, v, P, t, a, nsq, bv, Q, Pb, obj, margin, scale, l
 @njit(cache=True, inline="always")
 def _step_end(v, t, a, nsq, bv, Q, cnt, r2, radius, do_avg):
     """Projection, averaging bookkeeping and renormalisation after the axpy."""
-    if nsq < 0.0:
-        nsq = 0.0
+    nsq = max(nsq, 0.0)
     if nsq > r2:
         a *= radius / math.sqrt(nsq)
         nsq = r2
@@ -599,8 +598,7 @@ def _sgd_pass(rows, ym, order, v, P, st, margin, scale, lam, radius, kind, batch
                 bv += coef
                 if do_avg:
                     Pb -= Q * coef
-        if normsq < 0.0:
-            normsq = 0.0
+        normsq = max(normsq, 0.0)
         if normsq > r2:
             fac = radius / math.sqrt(normsq)
             a *= fac

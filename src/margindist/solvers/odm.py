@@ -47,7 +47,15 @@ from sklearn.exceptions import ConvergenceWarning
 
 from ..kernels import KernelRowCache
 from ._result import UnpackableResult
-from ._rows import make_rows, rng_below, row_axpy, row_dot, row_sq_norms, rows_dot, seed_from
+from ._rows import (
+    make_rows,
+    rng_below,
+    row_axpy,
+    row_dot,
+    row_sq_norms,
+    rows_dot,
+    seed_from,
+)
 from .dcd import dcd_kernel, dcd_linear
 
 __all__ = [
@@ -57,12 +65,12 @@ __all__ = [
     "odm_band_loss_grad",
     "odm_band_loss_hess",
     "odm_coefficients",
-    "odm_dual_terms",
-    "odm_primal_objective",
-    "odm_dual_objective",
-    "odm_dcd_linear",
     "odm_dcd_kernel",
+    "odm_dcd_linear",
+    "odm_dual_objective",
+    "odm_dual_terms",
     "odm_newton",
+    "odm_primal_objective",
     "odm_svrg",
 ]
 

@@ -24,8 +24,8 @@ from ._solver import m3svm_adam_torch, resolve_device
 
 __all__ = [
     "ISM3Loss",
+    "m3svm_adam_torch",
     "pairwise_penalty",
     "pairwise_penalty_and_grad",
-    "m3svm_adam_torch",
     "resolve_device",
 ]

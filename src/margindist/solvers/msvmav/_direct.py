@@ -149,9 +149,7 @@ class DirectSystem:
             if add.size:
                 self.woodbury(add, 1.0)
         self.since_refresh += 1
-        if self.refresh_every is not None and self.since_refresh >= self.refresh_every:
-            self.refresh()
-        elif self.since_refresh % CHECK_EVERY == 0 and self.residual() > REFRESH_TOL:
+        if self.refresh_every is not None and self.since_refresh >= self.refresh_every or self.since_refresh % CHECK_EVERY == 0 and self.residual() > REFRESH_TOL:
             self.refresh()
 
     def callback_info(self, scheme):

@@ -9,7 +9,7 @@ import numpy as np
 
 from .._result import SolverResult
 
-__all__ = ["HISTORY_FIELDS", "MSVMAvResult", "History", "make_result"]
+__all__ = ["HISTORY_FIELDS", "History", "MSVMAvResult", "make_result"]
 
 #: Columns of the per-iterate history (row k describes iterate w_k; row 0 the start w_0).
 HISTORY_FIELDS = ("theta", "semivariance", "bound", "n_active", "n_changes", "step", "update")

@@ -515,10 +515,7 @@ def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_
             buf, spare, n = _cap_leave(buf, spare, n, A, changed, n_changed, act, pos, m)
             buf, spare, n = _cap_enter(buf, spare, n, A, changed, n_changed, act, pos, K, Rinv, y, ys, s, nb, m)
             since += 1
-            if refresh_every > 0 and since >= refresh_every:
-                refac = True
-                n_refresh += 1
-            elif since % check_every == 0 and _cap_residual(buf, n, act, K, Rinv, y, ys, s, nb) > refresh_tol:
+            if refresh_every > 0 and since >= refresh_every or since % check_every == 0 and _cap_residual(buf, n, act, K, Rinv, y, ys, s, nb) > refresh_tol:
                 refac = True
                 n_refresh += 1
         if refac:
