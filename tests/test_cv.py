@@ -209,3 +209,30 @@ def test_refit_false_keeps_the_search_only(data, folds):
     est = ODMCV({"lam": [1.0, 4.0]}, cv=folds, refit=False).fit(X, y)
     assert est.best_params_ and not hasattr(est, "best_estimator_")
     assert not hasattr(est, "predict")
+
+
+@pytest.mark.parametrize("cls, module, name, grid, params", [
+    (ODMCV, "margindist.models.odm", "KernelRowCache", {"lam": [0.5, 2.0, 8.0]}, {"kernel": "rbf", "gamma": 1.0}),
+    (KMOMDCV, "margindist.solvers.kmomd", "KernelRowCache", {"lam": [0.1, 0.3, 0.6]},
+     {"kernel": "rbf", "gamma": 1.0}),
+    (LSSVMCV, "margindist.models.lssvm", "kernel_matrix", {"C": [0.5, 2.0, 8.0]}, {"kernel": "rbf", "gamma": 1.0}),
+    (LDMCV, "margindist.models.ldm", "LDMKernelBase", {"C": [0.5, 2.0, 8.0]}, {"kernel": "rbf", "gamma": 1.0}),
+])
+def test_grid_points_of_a_fold_share_their_kernel_set_up(cls, module, name, grid, params, data, monkeypatch):
+    """The kernel rows / matrix / factorisation are made once per fold, not once per grid point
+    (the refit on all the data makes its own)."""
+    import importlib
+
+    mod = importlib.import_module(module)
+    made = []
+    original = getattr(mod, name)
+
+    def counting(*args, **kwargs):
+        made.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(mod, name, counting)
+    X, y = data
+    folds = list(StratifiedKFold(2, shuffle=True, random_state=0).split(X, y))
+    cls(grid, cv=folds, refit=False, **params).fit(X, y)
+    assert len(made) == len(folds)

@@ -298,9 +298,13 @@ class KMOMD(BaseMarginClassifier):
             res = kmomd_linear(X, y, sample_weight, lam, tol=self.tol, max_iter=max_iter, init=start,
                                history_every=history_every)
         else:
+            shared = None
+            if self._shares_set_up():  # grid points on one fold share the kernel rows
+                def shared(key, make):
+                    return self._fit_shared("kernel rows", key, make, X)
             res = kmomd_kernel(kernel, X, y, sample_weight, lam, tol=self.tol, max_iter=max_iter,
                                max_bytes=int(self.cache_size * 2**20), init="vertex" if init is None else init,
-                               history_every=history_every, dtype=cache_dtype(self.tol))
+                               history_every=history_every, dtype=cache_dtype(self.tol), shared=shared)
         log.info("KMOMD %s kernel=%s m=%d lam=%g: %d pair updates, objective %.6g, %s", solver, kernel.kind, m,
                  lam, res.n_iter, res.objective, res.status)
         if res.status == "max_iter":

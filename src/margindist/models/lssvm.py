@@ -9,6 +9,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._base import BaseMarginClassifier, BinaryModel, get_logger
 from .._params import CACHE_SIZE, KERNEL_PARAMS, MULTICLASS_PARAMS, POSITIVE, VERBOSE
+from ..kernels import kernel_matrix
 from ..solvers.lssvm import lssvm_kernel, lssvm_linear
 
 #: "auto" switches from direct factorisations to conjugate gradients above these sizes.
@@ -167,6 +168,11 @@ class LSSVM(BaseMarginClassifier):
         if solver == "auto":
             solver = "cholesky" if m <= _MAX_DIRECT_SAMPLES else "cg"
         log.info("LSSVM kernel=%s, %s, m=%d", kernel.kind, solver, m)
+        budget = int(self.cache_size * 2**20)
+        gram = None
+        if self._shares_set_up() and kernel.kind != "precomputed" and (solver == "cholesky" or 8 * m * m <= budget):
+            # grid points on one fold (values of C) share the kernel matrix
+            gram = self._fit_shared("gram", kernel, lambda: kernel_matrix(kernel, X), X)
         a, b, n_iter = lssvm_kernel(kernel, X, y, sample_weight, self.C, solver=solver, tol=self.tol,
-                                    max_iter=self.max_iter, max_bytes=int(self.cache_size * 2**20))
+                                    max_iter=self.max_iter, max_bytes=budget, gram=gram)
         return BinaryModel(dual_coef=a, intercept=b, n_iter=n_iter)

@@ -686,7 +686,7 @@ def _feasible_point(state, y, idx, gI, pos, a2, b2_inv_w, n_it):
 
 def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-3, max_iter=10_000_000,
                  max_bytes=DEFAULT_CACHE_BYTES, init="vertex", history_every=0, dtype=np.float64,
-                 newton="auto") -> KMOMDResult:
+                 newton="auto", shared=None) -> KMOMDResult:
     """KM-OMD by pair SMO with kernel rows from the LRU row cache (any kernel incl. precomputed),
     accelerated by an active-set Newton phase.
 
@@ -727,6 +727,10 @@ def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-
         support in the cache at once (else it is skipped). "auto": for m >= 200 and 0 < lam < 1,
         when the violation is still above 10 times the stopping threshold. The objective never
         increases either way.
+    shared : callable(key, make) -> KernelRowCache, optional
+        Keeps the row cache for later calls on the same X (a grid search: its kernel rows are
+        computed once for every value of lam); ``key`` holds the kernel, the budget, the row
+        type and the class order, ``make()`` builds the cache.
 
     The rows are put in class order internally (a permuted copy of X, or of the Gram matrix for
     "precomputed", when the classes are interleaved) so that the update pass runs over
@@ -743,7 +747,14 @@ def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-
         y, w = y[perm], w[perm]
         X = X[np.ix_(perm, perm)] if spec.kind == "precomputed" else X[perm]
     m = y.size
-    cache = KernelRowCache(spec, X, max_bytes=max_bytes, dtype=dtype)
+    def make_cache():
+        return KernelRowCache(spec, X, max_bytes=max_bytes, dtype=dtype)
+
+    if shared is None:
+        cache = make_cache()
+    else:  # the caller keeps the rows for later calls on the same data (a grid search)
+        order = None if perm is None else perm.tobytes()
+        cache = shared((spec, int(max_bytes), np.dtype(dtype).str, order), make_cache)
     warm = not isinstance(init, str)
     if warm:  # a previous solution (warm start), in the caller's row order
         gamma = _feasible_start(init, y, w, perm)

@@ -59,14 +59,19 @@ def _cg(matvec, rhs, tol, max_iter):
 
 
 def lssvm_kernel(spec: KernelSpec, X, y, sample_weight, C, *, solver="cholesky", tol=1e-10,
-                 max_iter=None, max_bytes=None):
-    """Solve the LS-SVM KKT system. Returns an :class:`LSSVMResult` (coef = dual_coef = a * y)."""
+                 max_iter=None, max_bytes=None, gram=None):
+    """Solve the LS-SVM KKT system. Returns an :class:`LSSVMResult` (coef = dual_coef = a * y).
+
+    ``gram``: the kernel matrix K(X, X) when the caller has it (a grid search shares one
+    between the values of C); it is read, never modified."""
     y = np.asarray(y, dtype=np.float64)
     d = 1.0 / (C * np.asarray(sample_weight, dtype=np.float64))
     m = y.shape[0]
     gram_fits = max_bytes is None or 8 * m * m <= max_bytes
     if spec.kind == "precomputed":
         G = np.asarray(X, dtype=np.float64)
+    elif gram is not None:
+        G = gram
     elif solver == "cholesky" or gram_fits:
         G = kernel_matrix(spec, X)
     else:
