@@ -143,12 +143,9 @@ class MarginPursuit(BaseMarginClassifier):
     class_weight : dict or "balanced", default=None
         Multiplies the sample weights per class.
     multi_class : {"ovr", "ovo"}, default="ovo"
-        Reduction used for more than two classes: one-vs-one (SVC's choice) or one-vs-rest.
-        One-vs-one is the default: each pairwise sub-problem has two genuine classes, whose
-        margins the method concentrates, while a "rest" class mixes K - 1 classes and pulling
-        its margins together costs accuracy (letter, 26 classes, in
-        ``benchmarks/bench_defaults.py``: 0.80 one-vs-one against 0.65 one-vs-rest, LinearSVC
-        Crammer-Singer 0.77). K (K - 1) / 2 sub-problems of about 2 m / K rows each.
+        Reduction used for more than two classes: one-vs-one (SVC's choice; K (K - 1) / 2
+        sub-problems of about 2 m / K rows) or one-vs-rest. Why one-vs-one is the default:
+        the "Defaults" table of the hyperparameters page.
     n_jobs : int, default=None
         Parallel sub-problems (joblib) for more than two classes.
     random_state : int, RandomState instance or None, default=None
