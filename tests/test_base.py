@@ -310,7 +310,8 @@ def test_problems_has_one_shape_in_every_estimator(blobs):
     native = M3SVM().fit(X, y)
     assert native.problems_ == [(None, k) for k in range(4)]
     assert M3SVM().fit(X, y % 2).problems_ == [(None, 0), (None, 1)]
-    for est in (LDM(random_state=0).fit(X, y), MarginPursuit(random_state=0, multi_class="ovr").fit(X, y)):
+    for est in (LDM(random_state=0, multi_class="ovr").fit(X, y),
+                MarginPursuit(random_state=0, multi_class="ovr").fit(X, y)):
         assert est.problems_ == [(None, k) for k in range(4)]
 
 

@@ -377,8 +377,11 @@ def test_partial_fit_multiclass_and_after_fit():
     before = fitted.score(X, y)
     fitted.partial_fit(X, y)  # continues from the DCD solution
     assert fitted.score(X, y) >= before - 0.1
-    with pytest.raises(ValueError, match="ovr"):
-        LDM(multi_class="ovo").partial_fit(X, y, classes=np.unique(y))
+    ovo = LDM(multi_class="ovo", C=10.0, random_state=0)
+    for batch in np.array_split(np.arange(y.size), 4) * 5:  # iris is sorted: some batches miss a pair
+        ovo.partial_fit(X[batch], y[batch], classes=np.unique(y))
+    assert len(ovo.problems_) == np.unique(y).size * (np.unique(y).size - 1) // 2
+    assert ovo.score(X, y) > 0.8
 
 
 def test_asgd_rejects_kernels_and_bad_params():

@@ -122,10 +122,7 @@ def _fit(est, X, y, sw):
 # ---------------------------------------------------------------------------------------------
 #: Default settings known to underfit small separable problems without any warning. Not
 #: strict: other generated examples pass.
-_UNDERFIT_DEFAULTS = {
-    "LDM-asgd": "one-vs-rest (LDM's multi-class default, which its partial_fit streams) at C = 1 "
-                "reaches about 0.72 on some three-blob problems",
-}
+_UNDERFIT_DEFAULTS = {}
 
 
 @pytest.mark.parametrize("name", [
@@ -233,6 +230,7 @@ _FAR_REASON = ("one feature of size ~1000 with the class boundary at x ~ 500: th
 @pytest.mark.parametrize("name, X, reason", [
     ("FMM", _FAR_BOUNDARY, _FAR_REASON),
     ("MarginPursuit", _FAR_BOUNDARY, _FAR_REASON),
+    ("LDM-asgd", _FAR_BOUNDARY, _FAR_REASON),
     ("LDM", _TINY_FEATURES, "features of size ~1e-3: C = 1 underfits and both classes are still "
                             "predicted, so no degenerate-model warning fires"),
 ])

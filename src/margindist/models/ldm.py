@@ -135,13 +135,11 @@ class LDM(BaseMarginClassifier):
     class_weight : dict or "balanced", default=None
         Multiplies the sample weights per class; ``"balanced"`` uses
         n_samples / (n_classes * np.bincount(y)).
-    multi_class : {"ovr", "ovo"}, default="ovr"
-        Reduction used for more than two classes: one-vs-rest or one-vs-one. One-vs-rest is
-        kept as the default here (the other binary estimators default to one-vs-one) because
-        :meth:`partial_fit` streams only one-vs-rest models; for a batch fit, "ovo" is usually
-        more accurate (letter, 26 classes: 0.82 against 0.59, LinearSVC Crammer-Singer 0.77 in
-        ``benchmarks/bench_defaults.py``): a "rest" class mixes K - 1 classes whose margin
-        mean and variance LDM should not optimise as one distribution.
+    multi_class : {"ovr", "ovo"}, default="ovo"
+        Reduction used for more than two classes: one-vs-one (SVC's choice; K (K - 1) / 2
+        sub-problems of about 2 m / K rows) or one-vs-rest. Why one-vs-one is the default:
+        the "Defaults" table of the hyperparameters page (letter, 26 classes: 0.82 against
+        0.59 one-vs-rest, LinearSVC Crammer-Singer 0.77). :meth:`partial_fit` streams both.
     n_jobs : int, default=None
         Parallel sub-problems (joblib) for more than two classes.
     random_state : int, RandomState or None, default=None
@@ -220,7 +218,6 @@ class LDM(BaseMarginClassifier):
         ),
     }
 
-    _stream_multi_class = ("ovr",)
 
     _parameter_constraints = {
         "lambda1": NON_NEGATIVE,
@@ -239,7 +236,7 @@ class LDM(BaseMarginClassifier):
 
     def __init__(self, lambda1=2**-5, lambda2=2**-5, C=1.0, kernel="linear", gamma="scale", degree=3,
                  coef0=0.0, solver="auto", tol=1e-2, max_iter=None, fit_intercept=True,
-                 warm_start=False, class_weight=None, multi_class="ovr", n_jobs=None, random_state=None,
+                 warm_start=False, class_weight=None, multi_class="ovo", n_jobs=None, random_state=None,
                  verbose=0):
         self.lambda1 = lambda1
         self.lambda2 = lambda2
@@ -373,9 +370,10 @@ class LDM(BaseMarginClassifier):
         (weighted) mean of y x over all samples seen, this batch included, so one pass of
         ``partial_fit`` over the data in batches ends on the objective of ``fit``. After
         ``fit``, the samples of that fit count as seen. Averaging starts after twice the first
-        batch's size of steps; eta0 comes from a trial on the first batch. Multi-class data
-        use one-vs-rest (``multi_class="ovo"`` is not supported here); ``class_weight`` must
-        be None or a dict (not "balanced", which needs the whole data).
+        batch's size of steps; eta0 comes from a trial on the first batch. With
+        ``multi_class="ovo"`` a pair of classes starts when a batch first holds its rows and
+        keeps its state through batches without them; ``class_weight`` must be None or a dict
+        (not "balanced", which needs the whole data).
 
         Parameters
         ----------
@@ -400,7 +398,7 @@ class LDM(BaseMarginClassifier):
         """The averaged-SGD state of every sub-problem that ``partial_fit`` continues from
         (after a linear fit on all rows, or ``partial_fit``), else None."""
         prev = getattr(self, "_warm_state", None)
-        if prev is None or not all(st is not None and st.get("asgd") is not None for st in prev["states"]):
+        if prev is None or not all(st is not None and "asgd" in st for st in prev["states"]):
             return None
         return [st["asgd"] for st in prev["states"]]
 
@@ -416,6 +414,13 @@ class LDM(BaseMarginClassifier):
 
     def _partial_fit_binary(self, problem):
         st = None if problem.warm is None else problem.warm["asgd"]
+        if problem.X.shape[0] == 0:  # a one-vs-one pair without rows in this batch: unchanged
+            if st is None:
+                return BinaryModel(coef=np.zeros(problem.X.shape[1]), intercept=0.0, n_iter=0,
+                                   extra={"warm": {"asgd": None}})
+            wbar = st.average()
+            return BinaryModel(coef=wbar[:-1].copy(), intercept=float(self._bias() * wbar[-1]), n_iter=0,
+                               extra={"warm": {"asgd": st}})
         w, b, st, _ = ldm_asgd(problem.X, problem.y, problem.sample_weight, float(self.lambda1),
                                float(self.lambda2), float(self.C), bias=self._bias(), n_epochs=1, state=st,
                                random_state=problem.seed, log=get_logger(self.verbose))
