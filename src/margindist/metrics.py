@@ -46,6 +46,19 @@ def _is_estimator(obj) -> bool:
     return any(hasattr(obj, name) for name in ("fit", "predict", "decision_function"))
 
 
+def _optional_positional(args, value, default, signature: str, n_required: int, name: str):
+    """The one optional argument ``name`` of an array-form call, given by position (``args``)
+    or by keyword (``value``); ``default`` when neither."""
+    if len(args) > 1:
+        raise TypeError(f"{signature} takes at most {n_required + 1} positional arguments; "
+                        f"got {n_required + len(args)}.")
+    if args:
+        if value is not None:
+            raise TypeError(f"{signature.split('(')[0]} got {name} both by position and by keyword.")
+        value = args[0]
+    return default if value is None else value
+
+
 def normalized_margins(decision_values, y, *args, norm=None, pos_label=None) -> np.ndarray:
     """Binary margins y_i f(x_i) / ||w|| of decision values, or the margins of an estimator.
 
@@ -92,17 +105,7 @@ def normalized_margins(decision_values, y, *args, norm=None, pos_label=None) -> 
                 "pos_label is only for decision values; an estimator's positive class is classes_[1]."
             )
         return estimator_margins(decision_values, y, args[0], norm=norm)
-    if len(args) > 1:
-        raise TypeError(
-            f"normalized_margins(decision_values, y, norm=1.0) takes at most 3 positional arguments; "
-            f"got {2 + len(args)}."
-        )
-    if args:
-        if norm is not None:
-            raise TypeError("normalized_margins got norm both by position and by keyword.")
-        norm = args[0]
-    if norm is None:
-        norm = 1.0
+    norm = _optional_positional(args, norm, 1.0, "normalized_margins(decision_values, y, norm=1.0)", 2, "norm")
     f = np.asarray(decision_values, dtype=np.float64)
     if f.ndim == 2 and f.shape[1] > 1:
         raise ValueError(
@@ -510,14 +513,8 @@ def margin_stats(margins, *args, quantiles=None, sample_weight=None, norm=None) 
     else:
         if norm is not None:
             raise TypeError("norm is only for the estimator form margin_stats(estimator, X, y, norm=...).")
-        if len(args) > 1:
-            raise TypeError(
-                f"margin_stats(margins, quantiles) takes at most 2 positional arguments; got {1 + len(args)}."
-            )
-        if args:
-            if quantiles is not None:
-                raise TypeError("margin_stats got quantiles both by position and by keyword.")
-            quantiles = args[0]
+        quantiles = _optional_positional(args, quantiles, None, "margin_stats(margins, quantiles)", 1,
+                                         "quantiles")
     if quantiles is None:
         quantiles = _DEFAULT_QUANTILES
     m = _as_margins(margins)
