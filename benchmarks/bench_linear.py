@@ -1,0 +1,180 @@
+"""Every margindist linear estimator against LinearSVC: time, peak memory, test accuracy, scaling.
+
+Rows (``--rows``; the data of ``bench_defaults.py``):
+
+* ``dense``: make_classification 120k x 100, min-max scaled (``--quick``: 6k);
+* ``sparse``: 200k x 50k CSR, 50 non-zeros a row (0.1 %), rows L2-normalised (quick: 10k x 5k);
+* ``large_sparse``: 2M x 200k float32 CSR, 20 non-zeros a row, about 40M non-zeros
+  (quick: 40k x 20k).
+
+Each estimator is fitted at its defaults (ODM's ``lam="auto"`` is LinearSVC's C = 1 exactly; the
+others' defaults are their own data-dependent choices, see the hyperparameters page), the peer is
+``LinearSVC()``. Fits of ours and the peer alternate; the times are medians of ``--repeats`` fits
+(1 on ``large_sparse`` unless given). Reported per estimator: fit time, the peer's time from the
+same run, ratio ours / peer (goal <= 1.0), peak memory of one fit above the memory held before it
+(resident set high-water mark, reset through ``/proc/self/clear_refs``; Linux only, else blank),
+test accuracy of both, and ``time(n) / time(n/2)``: the median fit time on all training rows over
+that on the first half (goal <= 2.2; 2.0 is linear scaling).
+
+    python benchmarks/bench_linear.py --quick                    # development sizes (minutes)
+    python benchmarks/bench_linear.py --rows dense sparse --out benchmarks/results/bench_linear.md
+    python benchmarks/bench_linear.py --rows large_sparse --methods ODM LDM
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.svm import LinearSVC
+
+from margindist import FMM, KMOMD, LDM, LSSVM, M3SVM, MAMC, ODM, MarginPursuit, MSVMAv
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_defaults import dense, large_sparse, sparse
+
+RESULTS = Path(__file__).resolve().parent / "results" / "bench_linear.md"
+
+ESTIMATORS = {
+    "ODM": lambda: ODM(random_state=0),
+    "LDM": lambda: LDM(random_state=0),
+    "LSSVM": lambda: LSSVM(),
+    "MarginPursuit": lambda: MarginPursuit(random_state=0),
+    "KMOMD(linear)": lambda: KMOMD(kernel="linear"),
+    "M3SVM": lambda: M3SVM(),
+    "FMM": lambda: FMM(),
+    "MSVMAv": lambda: MSVMAv(),
+    "MAMC": lambda: MAMC(),
+}
+ROWS = {"dense": dense, "sparse": sparse, "large_sparse": large_sparse}
+
+
+# ----------------------------------------------------------------------------- measuring
+
+
+def _status_kib(field):
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _reset_peak():
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return _status_kib("VmRSS")
+    except OSError:
+        return None
+
+
+def timed_fit(est, X, y):
+    """(fit seconds, peak resident memory above the start in MiB or None, warned)."""
+    start = _reset_peak()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        t = time.perf_counter()
+        est.fit(X, y)
+        dt = time.perf_counter() - t
+    peak = _status_kib("VmHWM")
+    mib = None if start is None or peak is None else max(peak - start, 0) / 1024
+    return dt, mib, any(issubclass(w.category, ConvergenceWarning) for w in caught)
+
+
+def median_times(make, X, y, repeats):
+    """Median fit time of ``make()`` on (X, y) and the peer's, alternating, plus the last fits."""
+    ours, peer = [], []
+    for _ in range(repeats):
+        est = make()
+        ours.append(timed_fit(est, X, y))
+        ref = LinearSVC()
+        peer.append(timed_fit(ref, X, y))
+    return ours, peer, est, ref
+
+
+def measure(name, make, data, repeats, scaling):
+    X, y, Xt, yt = data
+    ours, peer, est, ref = median_times(make, X, y, repeats)
+    t = statistics.median(r[0] for r in ours)
+    t_peer = statistics.median(r[0] for r in peer)
+    row = {
+        "name": name, "time": t, "peer_time": t_peer, "ratio": t / t_peer,
+        "mem": max((r[1] for r in ours if r[1] is not None), default=None),
+        "peer_mem": max((r[1] for r in peer if r[1] is not None), default=None),
+        "acc": float(est.score(Xt, yt)), "peer_acc": float(ref.score(Xt, yt)),
+        "warned": any(r[2] for r in ours), "scale": None, "peer_scale": None,
+    }
+    if scaling:
+        half = X.shape[0] // 2
+        ours_h, peer_h, _, _ = median_times(make, X[:half], y[:half], repeats)
+        row["scale"] = t / statistics.median(r[0] for r in ours_h)
+        row["peer_scale"] = t_peer / statistics.median(r[0] for r in peer_h)
+    return row
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def _fmt(v, spec):
+    return "" if v is None else format(v, spec)
+
+
+def show(row_name, r):
+    print(f"{row_name:13s} {r['name']:14s} time {r['time']:8.2f}s peer {r['peer_time']:7.2f}s "
+          f"ratio {r['ratio']:6.2f}  acc {r['acc']:.4f} peer {r['peer_acc']:.4f}  "
+          f"mem {_fmt(r['mem'], '.0f')} MiB peer {_fmt(r['peer_mem'], '.0f')} MiB  "
+          f"t(n)/t(n/2) {_fmt(r['scale'], '.2f')} peer {_fmt(r['peer_scale'], '.2f')}"
+          f"{'  WARN' if r['warned'] else ''}", flush=True)
+
+
+def markdown(results, argv):
+    head = ("| row | estimator | time (s) | LinearSVC (s) | ratio | test acc | LinearSVC acc | diff (pt) | "
+            "peak MiB | LinearSVC peak MiB | t(n)/t(n/2) | LinearSVC t(n)/t(n/2) | ConvergenceWarning |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    body = "".join(
+        f"| {row} | {r['name']} | {r['time']:.3f} | {r['peer_time']:.3f} | {r['ratio']:.2f} | {r['acc']:.4f} | "
+        f"{r['peer_acc']:.4f} | {100 * (r['acc'] - r['peer_acc']):+.1f} | {_fmt(r['mem'], '.0f')} | "
+        f"{_fmt(r['peer_mem'], '.0f')} | {_fmt(r['scale'], '.2f')} | {_fmt(r['peer_scale'], '.2f')} | "
+        f"{'yes' if r['warned'] else ''} |\n" for row, r in results)
+    meta = (f"`python benchmarks/bench_linear.py {' '.join(argv)}` on {platform.machine()}, "
+            f"{os.cpu_count()} logical CPUs (shared), Python {platform.python_version()}\n\n")
+    return "# bench_linear\n\n" + meta + head + body
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="development sizes")
+    ap.add_argument("--rows", nargs="*", default=list(ROWS), choices=list(ROWS))
+    ap.add_argument("--methods", nargs="*", default=None, help="substrings of the estimator names to run")
+    ap.add_argument("--repeats", type=int, default=None, help="fits per median (3; 1 on large_sparse)")
+    ap.add_argument("--no-scaling", action="store_true", help="skip the time(n)/time(n/2) fits")
+    ap.add_argument("--out", type=Path, default=None, help=f"write a Markdown table (e.g. {RESULTS})")
+    args = ap.parse_args(argv)
+    results = []
+    for row in args.rows:
+        data = ROWS[row](args.quick)
+        repeats = args.repeats or (1 if row == "large_sparse" and not args.quick else 3)
+        for name, make in ESTIMATORS.items():
+            if args.methods and not any(s.lower() in name.lower() for s in args.methods):
+                continue
+            r = measure(name, make, data, repeats, not args.no_scaling)
+            show(row, r)
+            results.append((row, r))
+    if args.out:
+        args.out.write_text(markdown(results, argv))
+
+
+if __name__ == "__main__":
+    main()
