@@ -224,10 +224,12 @@ def test_sgd_intercept_is_a_regularised_constant_feature_and_weights_scale_steps
     np.testing.assert_allclose(np.append(st.w, st.b), sk.coef_.ravel(), rtol=1e-10, atol=1e-12)
 
 
-def _reference_sgd(X, y, mult, order_passes, lam, gamma, s, k, radius, psi):
-    """Plain-Python projected mini-batch SGD with intercept, written directly from the update rule."""
+def _reference_sgd(X, y, mult, order_passes, lam, gamma, s, k, radius, psi, average=False):
+    """Plain-Python projected mini-batch SGD with intercept, written directly from the update rule
+    (``average``: also the mean of the iterates)."""
     n, d = X.shape
     w = np.zeros(d + 1)
+    total = np.zeros(d + 1)
     Xa = np.column_stack([X, np.ones(n)])
     t = 1
     for order in order_passes:
@@ -243,7 +245,8 @@ def _reference_sgd(X, y, mult, order_passes, lam, gamma, s, k, radius, psi):
             if nrm > radius:
                 w *= radius / nrm
             t += 1
-    return w
+            total += w
+    return (w, total / (t - 1)) if average else w
 
 
 @pytest.mark.parametrize("influence", ["catoni_giulini", "catoni_wide"])
@@ -261,6 +264,26 @@ def test_projected_minibatch_sgd_matches_reference_loop(influence, sparse):
                          lambda u: float(influence_psi(u, influence)))
     np.testing.assert_allclose(np.append(st.w, st.b), ref, rtol=1e-10, atol=1e-12)
     assert np.linalg.norm(ref) <= st.radius * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("k", [1, 4])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_averaged_sgd_on_rows_of_large_norm_matches_reference_loop(k, sparse):
+    # rows of norm ~1e4: the projection shrinks w by a large factor at almost every step, so the
+    # lazily scaled iterate is renormalised often; the running average must stay exact (it
+    # overflowed once when the renormalisation rescaled the averaging coefficient instead)
+    X, y = _data(60, 5, seed=21)
+    X *= 1e4
+    lam, s, E = 1.0 / 60, 1.0, 4
+    st = sgd_init(5, scale=s, margin=1.0, lam=lam, average=True)
+    sgd_passes(sp.csr_matrix(X) if sparse else X, y, np.ones(60), st, n_passes=E, margin=1.0, lam=lam,
+               batch_size=k, rescale=False, shuffle=False, average=True)
+    w_ref, avg_ref = _reference_sgd(X, y, np.ones(60), [np.arange(60)] * E, lam, 1.0, s, k, st.radius,
+                                    lambda u: float(influence_psi(u, "catoni_giulini")), average=True)
+    w, b = sgd_coef(st, True)
+    np.testing.assert_allclose(np.append(st.w, st.b), w_ref, rtol=1e-8, atol=1e-12 * st.radius)
+    # the lazily scaled running sum (P + Q v) loses ~1e-7 to cancellation at these norms
+    np.testing.assert_allclose(np.append(w, b), avg_ref, rtol=1e-6, atol=1e-10 * st.radius)
 
 
 # ------------------------------------------------------------------ estimator

@@ -395,7 +395,22 @@ def _step_begin(acc, xsq, ymk, v, P, t, a, nsq, bv, Q, Pb, obj, margin, scale, l
 
 
 @njit(cache=True, inline="always")
-def _step_end(v, t, a, nsq, bv, Q, cnt, r2, radius, do_avg):
+def _renormalise(v, P, a, bv, Q, Pb, do_avg):
+    """w = a v with a tiny: fold a into v (returns a = 1). The averaged sum P + Q v is kept by
+    adding Q v to P first (Q = 0): rescaling Q by 1 / a instead compounds and overflows when the
+    projection shrinks a often (rows of large norm)."""
+    if do_avg:
+        for j in range(v.shape[0]):
+            P[j] += Q * v[j]
+        Pb += Q * bv
+        Q = 0.0
+    for j in range(v.shape[0]):
+        v[j] *= a
+    return 1.0, bv * a, Q, Pb
+
+
+@njit(cache=True, inline="always")
+def _step_end(v, P, t, a, nsq, bv, Q, Pb, cnt, r2, radius, do_avg):
     """Projection, averaging bookkeeping and renormalisation after the axpy."""
     nsq = max(nsq, 0.0)
     if nsq > r2:
@@ -405,13 +420,8 @@ def _step_end(v, t, a, nsq, bv, Q, cnt, r2, radius, do_avg):
         Q += a
         cnt += 1.0
     if a < 1e-9:
-        for j in range(v.shape[0]):
-            v[j] *= a
-        bv *= a
-        if do_avg:
-            Q /= a
-        a = 1.0
-    return t + 1.0, a, nsq, bv, Q, cnt
+        a, bv, Q, Pb = _renormalise(v, P, a, bv, Q, Pb, do_avg)
+    return t + 1.0, a, nsq, bv, Q, Pb, cnt
 
 
 @njit(cache=True, inline="always")
@@ -468,7 +478,7 @@ def _sgd_pass1_dense(X, ym, order, v, P, st, margin, scale, lam, radius, kind, f
             else:
                 for j in range(d):
                     v[j] += coef * X[i, j]
-        t, a, nsq, bv, Q, cnt = _step_end(v, t, a, nsq, bv, Q, cnt, r2, radius, do_avg)
+        t, a, nsq, bv, Q, Pb, cnt = _step_end(v, P, t, a, nsq, bv, Q, Pb, cnt, r2, radius, do_avg)
     _pass_finish(v, P, st, t, a, bv, Q, Pb, cnt, do_avg)
     return obj
 
@@ -516,7 +526,7 @@ def _sgd_pass1_csr(data, indices, indptr, ym, order, v, P, st, margin, scale, la
                 v[indices[p]] += coef * x
                 if do_avg:
                     P[indices[p]] -= qc * x
-        t, a, nsq, bv, Q, cnt = _step_end(v, t, a, nsq, bv, Q, cnt, r2, radius, do_avg)
+        t, a, nsq, bv, Q, Pb, cnt = _step_end(v, P, t, a, nsq, bv, Q, Pb, cnt, r2, radius, do_avg)
     _pass_finish(v, P, st, t, a, bv, Q, Pb, cnt, do_avg)
     # "+ 0 * touch" keeps the prefetching loads alive (no "nnan" flag: it cannot be folded)
     return obj + 0.0 * touch
@@ -607,12 +617,7 @@ def _sgd_pass(rows, ym, order, v, P, st, margin, scale, lam, radius, kind, batch
             Q += a
             count += 1.0
         if a < 1e-9:
-            for j in range(v.shape[0]):
-                v[j] *= a
-            bv *= a
-            if do_avg:
-                Q /= a
-            a = 1.0
+            a, bv, Q, Pb = _renormalise(v, P, a, bv, Q, Pb, do_avg)
         t += 1.0
         start = stop
     _pass_finish(v, P, st, t, a, bv, Q, Pb, count, do_avg)
