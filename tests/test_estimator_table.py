@@ -328,7 +328,12 @@ CASES = {
                             min_agreement=0.98)),
     # --- MarginPursuit
     **{f"MarginPursuit-{s}-b{b}": _mp(s, b) for s in ("sgd", "gd") for b in (1, 4)},
-    "MarginPursuit-sgd": Case(md.MarginPursuit, dict(tol=None, max_iter=5, random_state=0),
+    "MarginPursuit-newton": Case(md.MarginPursuit, dict(tol=1e-10),
+                                 Spec(MP_SPARSE, _coef(1e-8, 1e-10)),
+                                 Spec(gaussian(60, 4, 14, "w"), (Cmp("coef_", 1e-8, 1e-10), Cmp("scale_", 1e-12)),
+                                      weights=integers(14, 0, 4)),
+                                 Spec(MP_SPARSE, (Cmp("coef_", 1e-3, 1e-4),), dtype_attrs=("coef_",), csr32=True)),
+    "MarginPursuit-sgd": Case(md.MarginPursuit, dict(solver="sgd", tol=None, max_iter=5, random_state=0),
                               Spec(MP_SPARSE, _coef(1e-10, 1e-12)), _mp("sgd", 1).weights,
                               Spec(MP_SPARSE, (Cmp("coef_", 1e-3, 1e-4),), dtype_attrs=("coef_",)), seeded=True,
                               det=Spec(gaussian(150, 5, 12, "w"), kw=dict(max_iter=3))),

@@ -291,20 +291,20 @@ def test_auto_scale_and_one_time_rescaling():
     X, y = _data(200, 5, seed=10)
     lam, gamma, delta = 1e-2, 1.0, 0.01
     s0 = gamma * math.sqrt(200 / (2 * math.log(1 / delta)))
-    one = MarginPursuit(lam=lam, max_iter=1, rescale=False, tol=None, average=False, random_state=0).fit(X, y)
+    one = MarginPursuit(solver="sgd", lam=lam, max_iter=1, rescale=False, tol=None, average=False, random_state=0).fit(X, y)
     assert one.scale_ == pytest.approx(s0, rel=1e-14)
     m = np.where(y > 0, 1.0, -1.0) * one.decision_function(X)
     v = np.quantile((gamma - m) ** 2, 0.75, method="inverted_cdf")
-    resc = MarginPursuit(lam=lam, max_iter=1, rescale=True, tol=None, average=False, random_state=0).fit(X, y)
+    resc = MarginPursuit(solver="sgd", lam=lam, max_iter=1, rescale=True, tol=None, average=False, random_state=0).fit(X, y)
     assert resc.scale_ == pytest.approx(math.sqrt(200 * v / (2 * math.log(1 / delta))), rel=1e-12)
-    twice = MarginPursuit(lam=lam, max_iter=5, scale_factor=2.0, rescale=False, tol=None, random_state=0).fit(X, y)
+    twice = MarginPursuit(solver="sgd", lam=lam, max_iter=5, scale_factor=2.0, rescale=False, tol=None, random_state=0).fit(X, y)
     assert twice.scale_ == pytest.approx(2 * s0, rel=1e-14)
 
 
 def test_sgd_iterates_stay_in_the_projection_ball():
     X, y = _data(100, 5, seed=11)
     for average in (False, True):
-        est = MarginPursuit(lam=0.05, max_iter=5, tol=None, average=average, random_state=1).fit(X * 5, y)
+        est = MarginPursuit(solver="sgd", lam=0.05, max_iter=5, tol=None, average=average, random_state=1).fit(X * 5, y)
         r = projection_radius(est.scale_, 1.0, 0.05, "catoni_giulini")
         assert np.hypot(np.linalg.norm(est.coef_), est.intercept_[0]) <= r * (1 + 1e-10)
 
@@ -313,8 +313,8 @@ def test_sgd_weights_zero_equal_removal_and_class_weight_moves_the_boundary():
     X, y = _data(120, 4, seed=15)
     sw = np.ones(120)
     sw[:30] = 0
-    a = MarginPursuit(random_state=0, tol=None, max_iter=4).fit(X, y, sample_weight=sw)
-    b = MarginPursuit(random_state=0, tol=None, max_iter=4).fit(X[30:], y[30:])
+    a = MarginPursuit(solver="sgd", random_state=0, tol=None, max_iter=4).fit(X, y, sample_weight=sw)
+    b = MarginPursuit(solver="sgd", random_state=0, tol=None, max_iter=4).fit(X[30:], y[30:])
     np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-12)
     # the scikit-learn class_weight check on its noisy blobs, with the GD solver
     Xb, yb = make_blobs(centers=2, random_state=0, cluster_std=20)
@@ -329,15 +329,24 @@ def test_fit_equals_repeated_partial_fit():
     X, y = _data(100, 5, seed=16)
     labels = np.where(y > 0, "yes", "no")
     kw = dict(random_state=5, average=True, lam=0.01)
-    fit = MarginPursuit(max_iter=4, tol=None, **kw).fit(X, labels)
-    pf = MarginPursuit(**kw)
+    fit = MarginPursuit(solver="sgd", max_iter=4, tol=None, **kw).fit(X, labels)
+    pf = MarginPursuit(solver="sgd", **kw)
     for _ in range(4):
         pf.partial_fit(X, labels, classes=np.array(["no", "yes"]))
     np.testing.assert_allclose(pf.coef_, fit.coef_, rtol=1e-12)
     np.testing.assert_allclose(pf.intercept_, fit.intercept_, rtol=1e-12)
     assert pf.scale_ == fit.scale_
-    assert hasattr(MarginPursuit(), "partial_fit")
+    assert hasattr(MarginPursuit(), "partial_fit")  # "auto" streams with SGD
     assert not hasattr(MarginPursuit(solver="gd"), "partial_fit")
+    assert not hasattr(MarginPursuit(solver="newton"), "partial_fit")
+    auto = MarginPursuit(**kw)  # the same stream as solver="sgd"
+    for _ in range(4):
+        auto.partial_fit(X, labels, classes=np.array(["no", "yes"]))
+    np.testing.assert_array_equal(auto.coef_, pf.coef_)
+    # after a (Newton) fit, partial_fit starts a fresh SGD stream instead of failing on its state
+    after = MarginPursuit(**kw).fit(X, labels).partial_fit(X, labels)
+    first = MarginPursuit(**kw).partial_fit(X, labels, classes=np.array(["no", "yes"]))
+    np.testing.assert_array_equal(after.coef_, first.coef_)
     with pytest.raises(ValueError, match="classes"):
         MarginPursuit().partial_fit(X, labels)
     with pytest.raises(ValueError, match="balanced"):
@@ -348,7 +357,7 @@ def test_fit_equals_repeated_partial_fit():
 def test_multiclass_fit_and_partial_fit(multi_class):
     X, y = load_iris(return_X_y=True)
     X = (X - X.min(0)) / (X.max(0) - X.min(0))
-    est = MarginPursuit(lam=1e-3, average=False, multi_class=multi_class, random_state=0, tol=None,
+    est = MarginPursuit(solver="sgd", lam=1e-3, average=False, multi_class=multi_class, random_state=0, tol=None,
                         max_iter=30).fit(X, y)
     assert est.coef_.shape[0] == 3  # 3 classes: 3 one-vs-rest or 3 pairwise problems
     assert est.score(X, y) > 0.85
@@ -367,9 +376,12 @@ def test_convergence_warnings_and_tol():
         MarginPursuit(solver="gd", max_iter=3).fit(X, y)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        MarginPursuit(max_iter=3, tol=None).fit(X, y)
+        MarginPursuit(solver="sgd", max_iter=3, tol=None).fit(X, y)
         est = MarginPursuit(solver="gd", lam=0.1, max_iter=5000, tol=1e-6).fit(X, y)
-    assert est.n_iter_ < 5000
+        newton = MarginPursuit(lam=0.1, tol=1e-6).fit(X, y)
+    assert est.n_iter_ < 5000 and newton.n_iter_ < 10
+    with pytest.warns(ConvergenceWarning, match="max_iter"):
+        MarginPursuit(lam=1e-4, max_iter=1, tol=1e-12).fit(X, y)
 
 
 def test_diverging_input_raises():
@@ -377,12 +389,14 @@ def test_diverging_input_raises():
     with pytest.raises(ValueError, match="Scale the features"):
         MarginPursuit(solver="gd", max_iter=5).fit(X * 1e160, y)
     with pytest.raises(ValueError, match="Scale the features"):
+        MarginPursuit(solver="sgd", max_iter=5).fit(X * 1e160, y)
+    with pytest.raises(ValueError, match="Scale the features"):
         MarginPursuit(max_iter=5).fit(X * 1e160, y)
 
 
 def test_invalid_parameters():
     X, y = _data(40, 3)
-    for bad in [dict(margin=0.0), dict(delta=1.0), dict(lam=-1.0), dict(solver="newton"),
+    for bad in [dict(margin=0.0), dict(delta=1.0), dict(lam=-1.0), dict(solver="lbfgs"),
                 dict(influence="huber"), dict(scale="median"), dict(rescale_quantile=0.0), dict(batch_size=0)]:
         with pytest.raises(ValueError):
             MarginPursuit(**bad).fit(X, y)
@@ -400,7 +414,7 @@ def test_digits_sanity_against_pegasos():
         pos, neg = np.flatnonzero(y == 1), np.flatnonzero(y == 0)
         tr = np.r_[rng.choice(pos, 120, replace=False), rng.choice(neg, 120, replace=False)]
         te = np.setdiff1d(np.arange(y.size), tr)
-        mp = MarginPursuit(lam=1e-3, max_iter=20, tol=None, random_state=trial).fit(X[tr], y[tr])
+        mp = MarginPursuit(solver="sgd", lam=1e-3, max_iter=20, tol=None, random_state=trial).fit(X[tr], y[tr])
         X1 = np.column_stack([X, np.ones(y.size)])
         peg = _pegasos_sklearn(1e-3, 20, fit_intercept=False).set_params(shuffle=True, random_state=trial)
         peg.fit(X1[tr], y[tr])
@@ -409,23 +423,23 @@ def test_digits_sanity_against_pegasos():
     assert mp_err < 0.06 and peg_err < 0.08
 
 
-def test_gd_passes_the_checks_that_the_stochastic_default_cannot():
-    # the _expected_failed_checks of the default SGD solver, run with the deterministic GD solver
+@pytest.mark.parametrize("solver", ["gd", "newton"])
+def test_deterministic_solvers_pass_the_checks_that_sgd_cannot(solver):
+    # weights equal repeated rows only in expectation with SGD; the deterministic solvers (the
+    # default one runs in test_common) pass these scikit-learn checks exactly
     from sklearn.utils.estimator_checks import (
         check_class_weight_classifiers,
         check_sample_weight_equivalence_on_dense_data,
         check_sample_weight_equivalence_on_sparse_data,
     )
 
-    est = MarginPursuit(solver="gd")
+    est = MarginPursuit(solver=solver)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         for check in (check_sample_weight_equivalence_on_dense_data,
                       check_sample_weight_equivalence_on_sparse_data, check_class_weight_classifiers):
             check("MarginPursuit", est)
-    assert set(MarginPursuit._expected_failed_checks) == {
-        "check_sample_weight_equivalence_on_dense_data", "check_sample_weight_equivalence_on_sparse_data",
-        "check_class_weight_classifiers"}
+    assert not hasattr(MarginPursuit, "_expected_failed_checks")
 
 
 def test_warm_start_uses_the_radius_of_the_current_lam():
@@ -437,7 +451,8 @@ def test_warm_start_uses_the_radius_of_the_current_lam():
 
     X, y = load_breast_cancer(return_X_y=True)
     X = MinMaxScaler().fit_transform(X)
-    est = MarginPursuit(lam=0.1, warm_start=True, average=False, random_state=0, max_iter=5, tol=None).fit(X, y)
+    est = MarginPursuit(solver="sgd", lam=0.1, warm_start=True, average=False, random_state=0, max_iter=5,
+                        tol=None).fit(X, y)
     old_r = projection_radius(est.scale_, 1.0, 0.1, "catoni_giulini")
     est.set_params(lam=1e-4).fit(X, y)
     norm = np.hypot(np.linalg.norm(est.coef_), est.intercept_[0])
@@ -446,7 +461,8 @@ def test_warm_start_uses_the_radius_of_the_current_lam():
     assert norm > 1.5 * old_r  # no longer pinned to the ball of lam = 0.1
     # switching the multi-class reduction starts afresh (ovr states are not ovo states)
     Xm, ym = load_iris(return_X_y=True)
-    a = MarginPursuit(multi_class="ovr", warm_start=True, random_state=0, max_iter=3, tol=None).fit(Xm, ym)
+    a = MarginPursuit(solver="sgd", multi_class="ovr", warm_start=True, random_state=0, max_iter=3,
+                      tol=None).fit(Xm, ym)
     a.set_params(multi_class="ovo").fit(Xm, ym)
-    b = MarginPursuit(multi_class="ovo", random_state=0, max_iter=3, tol=None).fit(Xm, ym)
+    b = MarginPursuit(solver="sgd", multi_class="ovo", random_state=0, max_iter=3, tol=None).fit(Xm, ym)
     np.testing.assert_allclose(a.coef_, b.coef_)

@@ -229,7 +229,6 @@ _FAR_REASON = ("one feature of size ~1000 with the class boundary at x ~ 500: th
 
 @pytest.mark.parametrize("name, X, reason", [
     ("FMM", _FAR_BOUNDARY, _FAR_REASON),
-    ("MarginPursuit", _FAR_BOUNDARY, _FAR_REASON),
     ("LDM-asgd", _FAR_BOUNDARY, _FAR_REASON),
     ("LDM", _TINY_FEATURES, "features of size ~1e-3: C = 1 underfits and both classes are still "
                             "predicted, so no degenerate-model warning fires"),

@@ -26,7 +26,7 @@ __all__ = [
 PAPER_DEFAULTS = {
     "odm": {"lam": 1.0, "multi_class": "ovr"},
     "msvmav": {"alpha": 1.0, "beta": 1.0, "max_iter": 100, "return_best": False, "multi_class": "ovr"},
-    "margin_pursuit": {"lam": 1e-3, "average": False, "multi_class": "ovr"},
+    "margin_pursuit": {"lam": 1e-3, "average": False, "multi_class": "ovr", "solver": "sgd"},
     "ldm": {"multi_class": "ovr"},
     "kmomd": {"multi_class": "ovr"},
     "lssvm": {"multi_class": "ovr"},

@@ -68,6 +68,7 @@ __all__ = [
     "sgd_coef",
     "sgd_init",
     "sgd_passes",
+    "weighted_gram",
     "weighted_op_norm_sq",
 ]
 
@@ -204,28 +205,38 @@ def mp_gradient(X, y, sample_weight, w, b=0.0, *, margin, scale, lam, influence=
     return gw, lam * b - float(coef.sum())
 
 
-def weighted_op_norm_sq(X, weights, fit_intercept):
+def weighted_gram(X, weights, fit_intercept):
+    """A^T A for A = diag(sqrt(weights)) [X, 1] (the column of ones only with ``fit_intercept``),
+    a dense (d+1) x (d+1) float64 array (formed by a sparse product for CSR X, never densifying
+    it); non-finite entries where X overflows."""
+    w = np.asarray(weights, dtype=np.float64)
+    if sp.issparse(X):
+        Xw = sp.csr_matrix(X, dtype=np.float64).multiply(w[:, None]).tocsr()
+        G = np.asarray((X.T @ Xw).toarray(), dtype=np.float64)
+        c = np.asarray(Xw.sum(axis=0), dtype=np.float64).ravel()
+    else:
+        Xf = np.asarray(X, dtype=np.float64)
+        G = Xf.T @ (Xf * w[:, None])
+        c = Xf.T @ w
+    if fit_intercept:
+        G = np.block([[G, c[:, None]], [c[None, :], np.array([[w.sum()]])]])
+    return G
+
+
+def weighted_op_norm_sq(X, weights, fit_intercept, gram=None):
     """||diag(sqrt(weights)) [X, 1]||_op^2 (the column of ones only with ``fit_intercept``).
 
-    Up to 500 columns: the largest eigenvalue of the (d+1) x (d+1) Gram matrix A^T A (formed by
-    a sparse product for CSR X); otherwise ARPACK (``svds``) on a linear operator, inflated by
-    1e-6 relative so that 1/L stays a safe step. Sparse X is never densified.
+    Up to 500 columns: the largest eigenvalue of the (d+1) x (d+1) Gram matrix A^T A
+    (:func:`weighted_gram`, or ``gram`` when the caller has it); otherwise ARPACK (``svds``) on
+    a linear operator, inflated by 1e-6 relative so that 1/L stays a safe step. Sparse X is never
+    densified.
     """
     n, d = X.shape
     w = np.asarray(weights, dtype=np.float64)
     sq = np.sqrt(w)
     d1 = d + int(bool(fit_intercept))
     if d1 <= 500 or min(n, d1) <= 3:
-        if sp.issparse(X):
-            Xw = sp.csr_matrix(X, dtype=np.float64).multiply(w[:, None]).tocsr()
-            G = np.asarray((X.T @ Xw).toarray(), dtype=np.float64)
-            c = np.asarray(Xw.sum(axis=0), dtype=np.float64).ravel()
-        else:
-            Xf = np.asarray(X, dtype=np.float64)
-            G = Xf.T @ (Xf * w[:, None])
-            c = Xf.T @ w
-        if fit_intercept:
-            G = np.block([[G, c[:, None]], [c[None, :], np.array([[w.sum()]])]])
+        G = weighted_gram(X, w, fit_intercept) if gram is None else gram
         if not np.all(np.isfinite(G)):
             return math.inf
         return float(np.linalg.eigvalsh(G)[-1]) * (1.0 + 1e-12)
@@ -270,14 +281,15 @@ def _check_finite(w, b, where):
 
 def mp_gd(X, y, sample_weight, *, margin, scale, lam, influence="catoni_giulini", fit_intercept=True,
           max_iter=1000, tol=1e-4, rescale=True, rescale_after=1, rescale_quantile=0.75, delta=0.01,
-          scale_factor=1.0, w0=None, b0=0.0, iters_done=0, rescaled=False, log=None):
+          scale_factor=1.0, w0=None, b0=0.0, iters_done=0, rescaled=False, op_norm_sq=None, log=None):
     """Full-batch steepest descent on J with the constant step 1/L (paper Algorithm 1).
 
     Stops when ||grad J(w, b)|| <= tol * ||grad J(0, 0)|| (relative to the gradient at the
     origin, so the criterion does not depend on the units of X), or after ``max_iter``
     iterations. With ``rescale`` the scale is re-estimated once, after iteration
     ``rescale_after`` (counting ``iters_done`` earlier iterations of a warm start); no stop
-    happens before that. Returns a :class:`GDResult`.
+    happens before that. ``op_norm_sq``: ||D^{1/2} [X, 1]||_op^2 when the caller has it
+    (:func:`weighted_op_norm_sq` of X and s / W). Returns a :class:`GDResult`.
     """
     if influence == "hinge":
         raise ValueError("mp_gd needs a smooth influence function, not 'hinge'.")
@@ -288,8 +300,10 @@ def mp_gd(X, y, sample_weight, *, margin, scale, lam, influence="catoni_giulini"
     d = X.shape[1]
     w = np.zeros(d) if w0 is None else np.array(w0, dtype=np.float64)
     b = float(b0) if fit_intercept else 0.0
-    with np.errstate(over="ignore", invalid="ignore"):
-        op2 = weighted_op_norm_sq(X, swn, fit_intercept)
+    op2 = op_norm_sq
+    if op2 is None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            op2 = weighted_op_norm_sq(X, swn, fit_intercept)
     if not np.isfinite(op2):
         raise ValueError(
             "The norm of X overflows: margin pursuit cannot take a step. Scale the features "
