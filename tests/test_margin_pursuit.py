@@ -1,4 +1,4 @@
-"""MarginPursuit: influence functions, objective, both solvers, estimator behaviour.
+"""MarginPursuit: influence functions, objective, the three solvers, estimator behaviour.
 
 Every solver result is compared with an independent computation: finite differences,
 numerical quadrature, scipy.optimize on the same objective, a ridge regression (the large-scale
@@ -18,6 +18,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import Ridge, SGDClassifier
 from sklearn.model_selection import train_test_split
 
+from margindist.exceptions import FeatureScaleWarning
 from margindist.losses import (
     CATONI_BOUND,
     catoni_psi,
@@ -40,6 +41,7 @@ from margindist.solvers.margin_pursuit import (
     sgd_init,
     sgd_passes,
 )
+from margindist.solvers.margin_pursuit_newton import influence_dpsi, mp_hessp, mp_newton
 
 U = np.concatenate([np.linspace(-6, 6, 241), [-np.sqrt(2), np.sqrt(2), 1e-4, -1e-4, 1e-3, 0.0]])
 
@@ -193,6 +195,155 @@ def test_gd_warm_start_equals_one_long_run():
     np.testing.assert_allclose(part.coef_, full.coef_, rtol=1e-12)
     np.testing.assert_allclose(part.intercept_, full.intercept_, rtol=1e-12)
     assert part.scale_ == full.scale_
+
+
+# ------------------------------------------------------------------ Newton-CG
+def _scipy_minimiser(X, y, sw, kw, fit_intercept=True):
+    """J's minimiser by scipy's L-BFGS-B on mp_objective / mp_gradient (independent of both solvers)."""
+    d = X.shape[1]
+
+    def split(v):
+        return (v[:-1], v[-1]) if fit_intercept else (v, 0.0)
+
+    def fun(v):
+        return mp_objective(X, y, sw, *split(v), **kw)
+
+    def jac(v):
+        gw, gb = mp_gradient(X, y, sw, *split(v), **kw)
+        return np.append(gw, gb) if fit_intercept else gw
+
+    ref = minimize(fun, np.zeros(d + int(fit_intercept)), jac=jac, method="L-BFGS-B",
+                   options={"gtol": 1e-13, "ftol": 1e-16, "maxiter": 20000, "maxcor": 30})
+    return ref.x, ref.fun
+
+
+@pytest.mark.parametrize("influence", ["catoni_giulini", "catoni_wide"])
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_newton_reaches_the_gd_and_scipy_minimiser(influence, sparse, weighted):
+    # a small scale puts many margins in rho's linear tails (where psi' = 0 for Catoni-Giulini),
+    # and the default rescaling path runs GD's own first step: the same scale, the same minimiser
+    X, y = _data(120, 5, seed=21)
+    sw = np.random.default_rng(21).uniform(0.2, 3.0, size=120) if weighted else np.ones(120)
+    Xs = sp.csr_matrix(X) if sparse else X
+    kw = {"margin": 1.0, "lam": 0.02, "influence": influence}
+    for scale, rescale in ((0.3, False), (2.0, True)):
+        nt = mp_newton(Xs, y, sw, scale=scale, rescale=rescale, tol=1e-11, **kw)
+        gd = mp_gd(Xs, y, sw, scale=scale, rescale=rescale, tol=1e-11, max_iter=100000, **kw)
+        assert nt.converged and gd.converged and nt.n_newton <= 15
+        assert nt.scale == pytest.approx(gd.scale, rel=1e-13)
+        if rescale:
+            assert nt.rescale_iter == gd.rescale_iter == 1 and nt.scale != scale
+        np.testing.assert_allclose(np.append(nt.w, nt.b), np.append(gd.w, gd.b), rtol=1e-8, atol=1e-10)
+        x_ref, f_ref = _scipy_minimiser(Xs, y, sw, {**kw, "scale": nt.scale})
+        np.testing.assert_allclose(np.append(nt.w, nt.b), x_ref, rtol=1e-6, atol=1e-7)
+        assert nt.history[-1] <= f_ref + 1e-13 * abs(f_ref)
+        assert nt.history[-1] == pytest.approx(gd.history[-1], rel=1e-13)
+        h = nt.history[nt.rescale_iter or 0:]
+        assert np.all(np.diff(h) <= 1e-14 * h[:-1])  # monotone at one scale
+
+
+def test_newton_jacobi_path_and_no_intercept():
+    # more than 500 columns: the diagonal preconditioner and ARPACK's norm for GD's first step
+    rng = np.random.default_rng(22)
+    X = sp.random(150, 620, density=0.02, random_state=22, format="csr")
+    y = np.where(X @ rng.normal(size=620) + 0.1 * rng.normal(size=150) > 0, 1.0, -1.0)
+    sw = rng.uniform(0.5, 2.0, size=150)
+    for fit_intercept in (True, False):
+        kw = {"margin": 1.0, "scale": 0.5, "lam": 1e-3, "fit_intercept": fit_intercept}
+        nt = mp_newton(X, y, sw, tol=1e-11, **kw)
+        gd = mp_gd(X, y, sw, tol=1e-11, max_iter=200000, **kw)
+        assert nt.converged and gd.converged and nt.scale == pytest.approx(gd.scale, rel=1e-12)
+        np.testing.assert_allclose(nt.w, gd.w, rtol=1e-7, atol=1e-9)
+        assert nt.b == pytest.approx(gd.b, abs=1e-9) and (fit_intercept or nt.b == 0.0)
+        kw_ref = {k: v for k, v in kw.items() if k != "fit_intercept"} | {"scale": nt.scale}
+        x_ref, _ = _scipy_minimiser(X, y, sw, kw_ref, fit_intercept)
+        np.testing.assert_allclose(nt.w, x_ref[:620], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("influence", ["catoni_giulini", "catoni_wide"])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_hessian_vector_product_matches_finite_differences(influence, sparse):
+    X, y = _data(70, 4, seed=23)
+    sw = np.random.default_rng(23).uniform(0.2, 3.0, size=70)
+    Xs = sp.csr_matrix(X) if sparse else X
+    kw = {"margin": 1.0, "scale": 0.8, "lam": 0.05, "influence": influence}
+    rng = np.random.default_rng(24)
+    w, b, v = rng.normal(size=4), 0.2, rng.normal(size=5)
+    u = (1.0 - y * (X @ w + b)) / 0.8
+    assert np.sum(np.abs(u) > np.sqrt(2)) > 5  # some rows in the tails, where psi' = 0 (Catoni-Giulini)
+    hv = mp_hessp(Xs, y, sw, w, b, v, **kw)
+    h = 1e-6
+
+    def grad(t):
+        gw, gb = mp_gradient(Xs, y, sw, t[:-1], t[-1], **kw)
+        return np.append(gw, gb)
+
+    theta = np.append(w, b)
+    fd = (grad(theta + h * v) - grad(theta - h * v)) / (2 * h)
+    np.testing.assert_allclose(hv, fd, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose((influence_psi(U + h, influence) - influence_psi(U - h, influence)) / (2 * h),
+                               influence_dpsi(U, influence), atol=1e-6)  # psi' of the Hessian weights
+
+
+def test_newton_fit_is_invariant_to_the_feature_scale():
+    # fitting X * c at lam is fitting X at lam / c^2 (w scales by 1/c): the same decisions, and
+    # Newton takes the same iterations (a preconditioned, affine-invariant method)
+    X, y = _data(200, 6, seed=25)
+    kw = {"fit_intercept": False, "tol": 1e-10}
+    for sparse in (False, True):
+        Xs = sp.csr_matrix(X) if sparse else X
+        ref = MarginPursuit(lam=1e-6, **kw).fit(Xs, y)
+        big = MarginPursuit(lam=1e-2, **kw).fit(Xs * 100, y)
+        np.testing.assert_allclose(big.decision_function(Xs * 100), ref.decision_function(Xs), rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(big.coef_ * 100, ref.coef_, rtol=1e-7, atol=1e-9)
+        assert big.scale_ == pytest.approx(ref.scale_, rel=1e-9) and big.n_iter_ == ref.n_iter_
+    # at one lam, features 1, 10 and 100 times larger: Newton still converges in a few iterations
+    for c in (1.0, 10.0, 100.0):
+        est = MarginPursuit(lam=1e-3, tol=1e-8).fit(X * c, y)
+        assert est.n_iter_ <= 10, (c, est.n_iter_)
+
+
+def test_newton_warm_start():
+    X, y = _data(150, 5, seed=26)
+    kw = {"lam": 1e-3, "tol": 1e-10}
+    cold = MarginPursuit(**kw).fit(X, y)
+    warm = MarginPursuit(max_iter=1, warm_start=True, **kw)
+    with pytest.warns(ConvergenceWarning):
+        warm.fit(X, y)  # GD's step, the rescaling, no Newton iteration yet
+    assert warm.n_iter_ == 1 and warm.scale_ == cold.scale_
+    warm.set_params(max_iter=100).fit(X, y)  # continues at the kept scale to the same minimiser
+    np.testing.assert_allclose(warm.coef_, cold.coef_, rtol=1e-9, atol=1e-12)
+    assert warm.fit(X, y).n_iter_ == 0  # at the minimiser already
+    # another lam: the minimiser at the kept scale (no second rescaling)
+    warm.set_params(lam=1e-2).fit(X, y)
+    ref = mp_newton(X, np.where(y > 0, 1.0, -1.0), np.ones(150), margin=1.0, scale=cold.scale_, lam=1e-2,
+                    rescale=False, tol=1e-12)
+    np.testing.assert_allclose(warm.coef_.ravel(), ref.w, rtol=1e-8, atol=1e-11)
+    # a state of another solver is not a start (the warm-start key names the solver)
+    sgd = MarginPursuit(solver="sgd", warm_start=True, random_state=0, **kw).fit(X, y)
+    sgd.set_params(solver="newton").fit(X, y)
+    np.testing.assert_allclose(sgd.coef_, cold.coef_, rtol=1e-9, atol=1e-12)
+
+
+def test_newton_converges_where_the_decrease_is_below_the_rounding_of_J():
+    # features of size 1e-8 and balanced classes: ||grad J(0)|| ~ 1e-8, so the stopping tolerance asks
+    # for decreases of J far below its rounding; the line search decides them from the derivative
+    X, y = _data(160, 6, seed=27)
+    y[:80], y[80:] = 1.0, -1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        warnings.simplefilter("ignore", FeatureScaleWarning)
+        est = MarginPursuit().fit(X * 1e-8, y)
+    assert est.n_iter_ <= 5
+
+
+def test_auto_is_newton_in_fit():
+    X, y = _data(100, 4, seed=28)
+    a = MarginPursuit().fit(X, y)
+    b = MarginPursuit(solver="newton").fit(X, y)
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+    assert a.n_iter_ < 10 and isinstance(a.history_, np.ndarray)
 
 
 # ------------------------------------------------------------------ SGD against Pegasos / a reference loop

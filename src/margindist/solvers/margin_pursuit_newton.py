@@ -363,11 +363,12 @@ def mp_newton(X, y, sample_weight, *, margin, scale, lam, influence="catoni_giul
               scale_factor=1.0, w0=None, b0=0.0, iters_done=0, rescaled=False, max_cg=250, log=None):
     """Minimise J by Newton-CG (see the module docstring); returns a :class:`NewtonResult`.
 
-    Parameters are those of :func:`~margindist.solvers.margin_pursuit.mp_gd` (``max_iter``: Newton
-    iterations; with ``rescale`` pending, ``max(rescale_after - iters_done, 1)`` steepest-descent
-    steps come first, as in mp_gd) plus ``max_cg``, the most CG steps per Newton iteration. Stops
-    when ||grad J|| <= tol ||grad J(0)|| at the final scale, after ``max_iter`` iterations, or
-    when the line search finds no decrease (J minimal to rounding).
+    Parameters are those of :func:`~margindist.solvers.margin_pursuit.mp_gd` plus ``max_cg``, the
+    most CG steps per Newton iteration. With ``rescale`` pending, ``max(rescale_after - iters_done,
+    1)`` steepest-descent steps come first, as in mp_gd; ``max_iter`` bounds those steps plus the
+    Newton iterations. Stops when ||grad J|| <= tol ||grad J(0)|| at the final scale (never
+    before the rescaling), after ``max_iter`` iterations, or when the line search finds no
+    decrease (J minimal to rounding).
     """
     if influence not in ("catoni_giulini", "catoni_wide"):
         raise ValueError(f"mp_newton needs a smooth influence function, not {influence!r}.")
@@ -389,8 +390,9 @@ def mp_newton(X, y, sample_weight, *, margin, scale, lam, influence="catoni_giul
     n_gd = len(history)
     g_ref = float(influence_psi(margin / s, influence)) * math.sqrt(float(zy @ zy))  # ||grad J(0)||
     precond = _preconditioner(gram, colsq, prob.lam, s)
-    theta, n_newton, n_cg, hist, converged = _newton_at_scale(prob, theta, s, precond, g_ref, max_iter=max_iter,
-                                                              tol=tol, max_cg=max_cg, log=log)
+    theta, n_newton, n_cg, hist, converged = _newton_at_scale(prob, theta, s, precond, g_ref,
+                                                              max_iter=max(max_iter - n_gd, 0), tol=tol,
+                                                              max_cg=max_cg, log=log)
     if log is not None:
         log.info("margin pursuit Newton: %d iterations, %d CG steps, S = %.4g", n_newton, n_cg, s)
     w = theta[:d].copy()
