@@ -147,9 +147,15 @@ def _rmatvec(rows, r, out):
 # ------------------------------------------------------------------ the problem at one scale
 @dataclass
 class _Problem:
-    """Z, labels, normalised weights and the constants of J; work arrays of length n."""
+    """Z, labels, normalised weights and the constants of J; work arrays of length n.
+
+    Products with Z: float64 CSR X through SciPy's sparse products (faster on gathers and
+    scatters than a compiled row loop), everything else through the row loops above, which read
+    float32 values without an upcast copy of X and sum in float64.
+    """
 
     rows: object
+    csr64: object  # X itself when it is float64 CSR, else None
     y: np.ndarray
     c: np.ndarray
     margin: float
@@ -159,16 +165,36 @@ class _Problem:
     D: np.ndarray
     zv: np.ndarray
 
+    def matvec(self, v):
+        """Z v."""
+        if self.csr64 is None:
+            out = np.empty(self.y.shape[0])
+            rows_dot(self.rows, v, out)
+            return out
+        d = self.rows.n_features
+        out = self.csr64 @ v[:d]
+        return out + v[d] * self.rows.bias if self.rows.has_bias else out
+
+    def rmatvec(self, r):
+        """Z^T r."""
+        if self.csr64 is None:
+            out = np.empty(self.rows.n_features + int(self.rows.has_bias))
+            _rmatvec(self.rows, r, out)
+            return out
+        out = self.csr64.T @ r
+        return np.append(out, self.rows.bias * r.sum()) if self.rows.has_bias else out
+
     def evaluate(self, theta, f, scale):
         """(J, grad J) at theta with decision values f = Z theta; keeps D for :meth:`hessp`."""
         loss = _evaluate(f, self.y, self.c, self.margin, scale, self.kind, self.r, self.D)
-        g = np.empty_like(theta)
-        _rmatvec(self.rows, self.r, g)
-        g = self.lam * theta - g
+        g = self.lam * theta - self.rmatvec(self.r)
         return 0.5 * self.lam * float(theta @ theta) + loss, g
 
     def hessp(self, v):
         """H v at the last evaluated point; Z v is left in ``self.zv``."""
+        if self.csr64 is not None:
+            self.zv = self.matvec(v)
+            return self.rmatvec(self.D * self.zv) + self.lam * v
         out = np.empty_like(v)
         (_hessp_csr if self.rows.sparse else _hessp_dense)(self.rows, self.D, v, out, self.zv)
         return out + self.lam * v
@@ -181,13 +207,15 @@ class _Problem:
 
 
 def _make_problem(X, y, sample_weight, margin, lam, influence, fit_intercept):
+    csr64 = None
     if sp.issparse(X):
         X = X.tocsr()
+        csr64 = X if X.dtype == np.float64 else None
     rows = make_rows(X, 1.0 if fit_intercept else None)
     sw = np.asarray(sample_weight, dtype=np.float64)
     n = X.shape[0]
-    return _Problem(rows, np.ascontiguousarray(y, dtype=np.float64), sw / sw.sum(), float(margin), float(lam),
-                    INFLUENCE_CODES[influence], np.empty(n), np.empty(n), np.empty(n))
+    return _Problem(rows, csr64, np.ascontiguousarray(y, dtype=np.float64), sw / sw.sum(), float(margin),
+                    float(lam), INFLUENCE_CODES[influence], np.empty(n), np.empty(n), np.empty(n))
 
 
 def mp_hessp(X, y, sample_weight, w, b, v, *, margin, scale, lam, influence="catoni_giulini",
@@ -195,9 +223,7 @@ def mp_hessp(X, y, sample_weight, w, b, v, *, margin, scale, lam, influence="cat
     """H(w, b) v, the generalised Hessian of J times v (v of length d + 1 with the intercept)."""
     prob = _make_problem(X, y, sample_weight, margin, lam, influence, fit_intercept)
     theta = np.append(np.asarray(w, dtype=np.float64), b) if fit_intercept else np.asarray(w, dtype=np.float64)
-    f = np.empty(X.shape[0])
-    rows_dot(prob.rows, theta, f)
-    prob.evaluate(theta, f, float(scale))
+    prob.evaluate(theta, prob.matvec(theta), float(scale))
     return prob.hessp(np.asarray(v, dtype=np.float64))
 
 
@@ -297,8 +323,7 @@ def _line_search(prob, theta, f, J, g, p, zp, scale):
 def _newton_at_scale(prob, theta, scale, precond, g_ref, *, max_iter, tol, max_cg, log):
     """Newton-CG on J at a fixed scale from theta: (theta, iterations, CG steps, J history,
     converged)."""
-    f = np.empty(prob.y.shape[0])
-    rows_dot(prob.rows, theta, f)
+    f = prob.matvec(theta)
     J, g = prob.evaluate(theta, f, scale)
     history, n_iter, n_cg, converged = [J], 0, 0, False
     while True:
@@ -374,7 +399,6 @@ def mp_newton(X, y, sample_weight, *, margin, scale, lam, influence="catoni_giul
         raise ValueError(f"mp_newton needs a smooth influence function, not {influence!r}.")
     prob = _make_problem(X, y, sample_weight, margin, lam, influence, fit_intercept)
     d = X.shape[1]
-    d1 = d + int(bool(fit_intercept))
     w0 = np.zeros(d) if w0 is None else np.array(w0, dtype=np.float64)
     b0 = float(b0) if fit_intercept else 0.0
     gram, colsq = _curvature(X, prob, fit_intercept)
@@ -385,8 +409,7 @@ def mp_newton(X, y, sample_weight, *, margin, scale, lam, influence="catoni_giul
                       "scale_factor": scale_factor, "iters_done": iters_done}
     theta, s, history, rescale_iter = _start(X, y, sample_weight, prob, gram, scale, w0, b0, fit_intercept,
                                              rescale_kw, log)
-    zy = np.empty(d1)
-    _rmatvec(prob.rows, prob.c * prob.y, zy)
+    zy = prob.rmatvec(prob.c * prob.y)
     n_gd = len(history)
     g_ref = float(influence_psi(margin / s, influence)) * math.sqrt(float(zy @ zy))  # ||grad J(0)||
     precond = _preconditioner(gram, colsq, prob.lam, s)
