@@ -261,6 +261,22 @@ def test_newton_jacobi_path_and_no_intercept():
         np.testing.assert_allclose(nt.w, x_ref[:620], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+def test_newton_reads_float32_rows_exactly(sparse):
+    # float32 rows go through the compiled row loops (float64 sums, no upcast copy), float64 CSR
+    # through SciPy: on the same values both give the same minimiser (and CSR the same ARPACK norm)
+    rng = np.random.default_rng(29)
+    d = 600 if sparse else 8
+    X = sp.random(200, d, density=0.03, random_state=29, format="csr") if sparse else rng.normal(size=(200, d))
+    X32 = X.astype(np.float32)
+    y = np.where(X32 @ rng.normal(size=d) + 0.1 * rng.normal(size=200) > 0, 1.0, -1.0)
+    kw = {"margin": 1.0, "scale": 0.7, "lam": 1e-3, "tol": 1e-10}
+    a = mp_newton(X32, y, np.ones(200), **kw)
+    b = mp_newton(X32.astype(np.float64), y, np.ones(200), **kw)
+    assert a.scale == pytest.approx(b.scale, rel=1e-12)
+    np.testing.assert_allclose(np.append(a.w, a.b), np.append(b.w, b.b), rtol=1e-9, atol=1e-12)
+
+
 @pytest.mark.parametrize("influence", ["catoni_giulini", "catoni_wide"])
 @pytest.mark.parametrize("sparse", [False, True])
 def test_hessian_vector_product_matches_finite_differences(influence, sparse):

@@ -52,7 +52,7 @@ from ..losses import (
     catoni_wide_rho,
 )
 from ._result import SolverResult
-from ._rows import make_rows, row_axpy, row_axpy2, row_dot, row_dot_sq
+from ._rows import make_rows, row_axpy, row_axpy2, row_dot, row_dot_sq, rows_dot
 
 __all__ = [
     "INFLUENCE_CODES",
@@ -65,6 +65,7 @@ __all__ = [
     "mp_objective",
     "projection_radius",
     "rescaled_scale",
+    "rows_rmatvec",
     "sgd_coef",
     "sgd_init",
     "sgd_passes",
@@ -205,6 +206,16 @@ def mp_gradient(X, y, sample_weight, w, b=0.0, *, margin, scale, lam, influence=
     return gw, lam * b - float(coef.sum())
 
 
+@njit(cache=True, fastmath={"reassoc", "contract", "nsz"})
+def rows_rmatvec(rows, r, out):
+    """out = Xh^T r for the :class:`~margindist.solvers._rows.Rows` Xh (float32 or float64 values,
+    float64 sums), one pass over the rows."""
+    out[:] = 0.0
+    for i in range(r.shape[0]):
+        if r[i] != 0.0:
+            row_axpy(rows, i, r[i], out)
+
+
 def weighted_gram(X, weights, fit_intercept):
     """A^T A for A = diag(sqrt(weights)) [X, 1] (the column of ones only with ``fit_intercept``),
     a dense (d+1) x (d+1) float64 array (formed by a sparse product for CSR X, never densifying
@@ -241,8 +252,15 @@ def weighted_op_norm_sq(X, weights, fit_intercept, gram=None):
             return math.inf
         return float(np.linalg.eigvalsh(G)[-1]) * (1.0 + 1e-12)
 
+    # float32 X through the row loops (NumPy / SciPy would upcast a copy of X at every product)
+    rows = make_rows(X, 1.0 if fit_intercept else None) if X.dtype == np.float32 else None
+
     def matvec(v):
         v = np.asarray(v, dtype=np.float64).ravel()
+        if rows is not None:
+            out = np.empty(n)
+            rows_dot(rows, v, out)
+            return sq * out
         out = np.asarray(X @ v[:d], dtype=np.float64).ravel()
         if fit_intercept:
             out = out + v[d]
@@ -250,6 +268,10 @@ def weighted_op_norm_sq(X, weights, fit_intercept, gram=None):
 
     def rmatvec(u):
         u = sq * np.asarray(u, dtype=np.float64).ravel()
+        if rows is not None:
+            out = np.empty(d1)
+            rows_rmatvec(rows, u, out)
+            return out
         out = np.asarray(X.T @ u, dtype=np.float64).ravel()
         return np.append(out, u.sum()) if fit_intercept else out
 

@@ -48,6 +48,7 @@ from .margin_pursuit import (
     _rho1,
     influence_psi,
     mp_gd,
+    rows_rmatvec,
     weighted_gram,
     weighted_op_norm_sq,
 )
@@ -135,15 +136,6 @@ def _hessp_csr(rows, D, v, out, zv):
     _hessp_body(rows, D, v, out, zv)
 
 
-@njit(cache=True, fastmath=_FM)
-def _rmatvec(rows, r, out):
-    """out = Z^T r."""
-    out[:] = 0.0
-    for i in range(r.shape[0]):
-        if r[i] != 0.0:
-            row_axpy(rows, i, r[i], out)
-
-
 # ------------------------------------------------------------------ the problem at one scale
 @dataclass
 class _Problem:
@@ -179,7 +171,7 @@ class _Problem:
         """Z^T r."""
         if self.csr64 is None:
             out = np.empty(self.rows.n_features + int(self.rows.has_bias))
-            _rmatvec(self.rows, r, out)
+            rows_rmatvec(self.rows, r, out)
             return out
         out = self.csr64.T @ r
         return np.append(out, self.rows.bias * r.sum()) if self.rows.has_bias else out
