@@ -5,7 +5,8 @@ Three parts (``--parts``, all by default):
 * ``solvers``: the default fit (``solver="auto"``, i.e. Newton-CG) against ``LinearSVC()`` and the
   previous default (``solver="sgd"``) on the ``dense`` and ``sparse`` rows of
   ``benchmarks/bench_defaults.py`` (120k x 100 min-max scaled; 200k x 50k CSR, 50 non-zeros a
-  row, rows L2-normalised), every estimator at its defaults. The three fits alternate, the
+  row, rows L2-normalised; ``--rows large_sparse``: 2M x 200k float32 CSR, 20 non-zeros a row,
+  one fit each unless ``--repeats``), every estimator at its defaults. The three fits alternate, the
   times are medians of ``--repeats`` fits, wall-clock and CPU time of this process (the machine
   is shared: CPU time is the steadier of the two); ``t(n)/t(n/2)`` fits the first half of the
   rows the same way.
@@ -282,6 +283,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small problems, seconds")
     ap.add_argument("--parts", nargs="*", default=["solvers", "probe", "sgd"], choices=["solvers", "probe", "sgd"])
+    ap.add_argument("--rows", nargs="*", default=["dense", "sparse"], choices=["dense", "sparse", "large_sparse"],
+                    help="rows of the solvers part (large_sparse: 2M x 200k float32 CSR, one fit each by default)")
     ap.add_argument("--repeats", type=int, default=None, help="repeats per estimator (default 3 solvers / 5 sgd; quick 3)")
     ap.add_argument("--no-write", action="store_true", help="do not write the results file")
     args = ap.parse_args(argv)
@@ -289,7 +292,8 @@ def main(argv=None):
     sections = []
     with threadpool_limits(1):
         if "solvers" in args.parts:
-            rows = [bench_solvers(row, args.quick, args.repeats or 3) for row in ("dense", "sparse")]
+            rows = [bench_solvers(row, args.quick, args.repeats or (1 if row == "large_sparse" else 3))
+                    for row in args.rows]
             sections.append(_solver_lines(rows))
         if "probe" in args.parts:
             sections.append(_probe_lines(scale_probe()))
