@@ -48,6 +48,7 @@ from sklearn.utils.validation import (
 )
 
 from ._validation import (
+    ROW_NORM_RANGE,
     canonical_csr,
     check_class_totals,
     check_class_weight,
@@ -469,7 +470,13 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         if spec is not None and spec.kind in ("precomputed", "callable"):
             return None
         adapts = spec is not None and not spec.is_linear and getattr(self, "gamma", None) == "scale"
-        return warn_feature_scale(self, X, rows=not adapts)
+        return warn_feature_scale(self, X, rows=not adapts, row_range=self._row_norm_range(X, spec))
+
+    def _row_norm_range(self, X, spec):
+        """The root-mean-square row norms this model's defaults serve (outside it a
+        :class:`~margindist.exceptions.FeatureScaleWarning`); methods whose defaults or solver
+        assume rows of norm about 1 narrow it (documented in ``docs/hyperparameters.md``)."""
+        return ROW_NORM_RANGE
 
     def _check_useful(self, X, y_index, sw, scale_problem):
         """After a fit: ``predict`` gives finite values on (a sample of) the training rows and

@@ -36,6 +36,10 @@ _DCD_MAX_FEATURES = 2000
 _DCD_MAX_BYTES = 2**30
 _DCD_MAX_SAMPLES = 50000
 
+#: Root-mean-square row norms the linear defaults serve (FeatureScaleWarning outside).
+_DCD_ROW_RANGE = (1e-1, 1e5)
+_ASGD_ROW_RANGE = (1e-1, 1e2)
+
 #: Epochs of averaged SGD when max_iter is None (the paper's T = 5).
 _ASGD_EPOCHS = 5
 #: Fewest stochastic steps of averaged SGD when max_iter is None (more epochs on small data).
@@ -279,6 +283,14 @@ class LDM(BaseMarginClassifier):
                 f"{d + 1} x {d + 1} factorisation ({need / 2**30:.0f} GiB); use solver='asgd' (or 'auto')."
             )
         return solver
+
+    def _row_norm_range(self, X, spec):
+        """C = 1 with a regularised bias underfits rows of norm below 0.1 (as the hinge SVM does),
+        and averaged SGD needs rows of norm at most about 100 for its intercept (a regularised
+        constant feature 1) to follow the features within its epochs."""
+        if spec is not None and not spec.is_linear:
+            return super()._row_norm_range(X, spec)
+        return _ASGD_ROW_RANGE if self._resolve_solver(X, spec) == "asgd" else _DCD_ROW_RANGE
 
     def _bias(self):
         return 1.0 if self.fit_intercept else 0.0
