@@ -225,6 +225,47 @@ def rkhs_norm_sq(spec: KernelSpec, Z, coef, *, max_bytes: int = DEFAULT_BLOCK_BY
     return np.maximum(np.sum(coef * Kc, axis=0), 0.0)
 
 
+@dataclass
+class NystroemMap:
+    """A Nyström feature map phi(x) = N k(L, x) over landmark rows L of the training data.
+
+    With K_LL = U diag(s) U^T, N = U diag(1 / sqrt(s)) U^T (eigenvalues below 1e-12 of the
+    largest clipped, as scikit-learn's ``Nystroem`` does), so phi(x)^T phi(z) =
+    k(x, L) K_LL^+ k(L, z), which equals k(x, z) on the span of the landmarks (all of it when
+    every training row is a landmark). A linear model w on phi is the kernel expansion
+    f(x) = sum_j (N w)_j k(l_j, x): :meth:`dual_coef` gives its coefficients on the training rows.
+    """
+
+    landmarks: np.ndarray  # indices of the landmark rows in the training rows (sorted)
+    normalization: np.ndarray  # N, (k, k) symmetric
+
+    def transform(self, spec: KernelSpec, X_train, X) -> np.ndarray:
+        """phi(X) as a dense (n, k) float64 array."""
+        return kernel_matrix(spec, X, X_train[self.landmarks]) @ self.normalization
+
+    def dual_coef(self, coef, n_rows: int) -> np.ndarray:
+        """The expansion coefficients of the linear model ``coef`` on the n_rows training rows
+        (zero outside the landmarks)."""
+        a = np.zeros(n_rows)
+        a[self.landmarks] = self.normalization @ np.asarray(coef, dtype=np.float64)
+        return a
+
+
+def nystroem_map(spec: KernelSpec, X, n_components: int, seed) -> NystroemMap:
+    """The Nyström map of ``n_components`` landmarks drawn uniformly without replacement from
+    the rows of X (all rows when n_components >= n_samples)."""
+    if spec.kind == "precomputed":
+        raise ValueError("kernel_approximation needs the features: it cannot be used with kernel='precomputed'.")
+    m = X.shape[0]
+    if n_components >= m:
+        idx = np.arange(m)
+    else:
+        idx = np.sort(np.random.default_rng(seed).choice(m, size=n_components, replace=False))
+    vals, vecs = np.linalg.eigh(kernel_matrix(spec, X[idx]))
+    vals = np.maximum(vals, 1e-12 * max(float(vals.max(initial=0.0)), 1e-300))
+    return NystroemMap(landmarks=idx, normalization=(vecs / np.sqrt(vals)) @ vecs.T)
+
+
 # --------------------------------------------------------------------------------------
 # LRU kernel-row cache shared by the numba solvers (ODM/LDM kernel DCD, KM-OMD SMO, ...)
 # --------------------------------------------------------------------------------------

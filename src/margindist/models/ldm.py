@@ -12,6 +12,7 @@ from sklearn.utils.metaestimators import available_if
 
 from .._base import BaseMarginClassifier, BinaryModel, get_logger
 from .._params import (
+    KERNEL_APPROXIMATION,
     KERNEL_PARAMS,
     MULTICLASS_PARAMS,
     NON_NEGATIVE,
@@ -96,6 +97,15 @@ class LDM(BaseMarginClassifier):
         Degree of the ``"poly"`` kernel.
     coef0 : float, default=0.0
         Independent term of the ``"poly"`` and ``"sigmoid"`` kernels.
+    kernel_approximation : int, "auto" or None, default=None
+        None: the exact kernel model. An int: the method's linear solver on the Nyström
+        features of that many landmark rows, drawn uniformly from each sub-problem's rows
+        (``random_state``), i.e. the same objective with the kernel matrix replaced by its
+        Nyström approximation; the model is a kernel expansion over the landmarks (prediction
+        costs O(n_landmarks) kernel evaluations per row), and with every row a landmark it is
+        the exact model. ``"auto"``: exact while the sub-problem's m x m Gram matrix fits
+        1 GiB, else 1000 landmarks (logged at ``verbose >= 1``). Ignored for the linear
+        kernel; not available with ``kernel="precomputed"``.
     solver : {"auto", "dcd", "asgd"}, default="auto"
         * ``"dcd"``, kernel: the dual (paper Eq. 12) with H = Y G A^{-1} Y formed in a stable
           way (one Cholesky factorisation of an m x m positive definite matrix; no
@@ -228,6 +238,7 @@ class LDM(BaseMarginClassifier):
         "lambda2": NON_NEGATIVE,
         "C": POSITIVE,
         **KERNEL_PARAMS,
+        "kernel_approximation": KERNEL_APPROXIMATION,
         "solver": [StrOptions({"auto", "dcd", "asgd"})],
         "tol": POSITIVE,
         "max_iter": [Interval(Integral, 1, None, closed="left"), None],
@@ -239,7 +250,7 @@ class LDM(BaseMarginClassifier):
     }
 
     def __init__(self, lambda1=2**-5, lambda2=2**-5, C=1.0, kernel="linear", gamma="scale", degree=3,
-                 coef0=0.0, solver="auto", tol=1e-2, max_iter=None, fit_intercept=True,
+                 coef0=0.0, kernel_approximation=None, solver="auto", tol=1e-2, max_iter=None, fit_intercept=True,
                  warm_start=False, class_weight=None, multi_class="ovo", n_jobs=None, random_state=None,
                  verbose=0):
         self.lambda1 = lambda1
@@ -249,6 +260,7 @@ class LDM(BaseMarginClassifier):
         self.gamma = gamma
         self.degree = degree
         self.coef0 = coef0
+        self.kernel_approximation = kernel_approximation
         self.solver = solver
         self.tol = tol
         self.max_iter = max_iter
