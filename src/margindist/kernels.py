@@ -239,9 +239,16 @@ class NystroemMap:
     landmarks: np.ndarray  # indices of the landmark rows in the training rows (sorted)
     normalization: np.ndarray  # N, (k, k) symmetric
 
-    def transform(self, spec: KernelSpec, X_train, X) -> np.ndarray:
-        """phi(X) as a dense (n, k) float64 array."""
-        return kernel_matrix(spec, X, X_train[self.landmarks]) @ self.normalization
+    def transform(self, spec: KernelSpec, X_train, X, *, max_bytes: int = DEFAULT_BLOCK_BYTES) -> np.ndarray:
+        """phi(X) as a dense (n, k) array, float32 for float32 X (else float64), computed in
+        row chunks of at most ``max_bytes`` of kernel values (never an n x k float64 block)."""
+        L = X_train[self.landmarks]
+        k = self.landmarks.size
+        out = np.empty((X.shape[0], k), dtype=np.float32 if X.dtype == np.float32 else np.float64)
+        step = _chunk_rows(X.shape[0], k, max_bytes)
+        for start in range(0, X.shape[0], step):
+            out[start : start + step] = kernel_matrix(spec, X[start : start + step], L) @ self.normalization
+        return out
 
     def dual_coef(self, coef, n_rows: int) -> np.ndarray:
         """The expansion coefficients of the linear model ``coef`` on the n_rows training rows
