@@ -128,3 +128,35 @@ def test_precomputed_kernel_raises():
     K = X @ X.T
     with pytest.raises(ValueError, match="kernel_approximation.*precomputed|precomputed.*kernel_approximation"):
         md.ODM(kernel="precomputed", kernel_approximation=10).fit(K, y)
+
+
+def test_kmeanspp_landmarks_approximate_the_kernel_better_than_uniform():
+    # 20 tight clusters and 20 landmarks: uniform draws miss about a third of the clusters,
+    # k-means++ seeding (D^2 sampling) lands in nearly every one
+    rng = np.random.default_rng(0)
+    centres = rng.normal(scale=4.0, size=(20, 3))
+    X = np.vstack([c + 0.1 * rng.normal(size=(15, 3)) for c in centres])
+    spec = resolve_kernel("rbf", X, gamma=1.0)
+    K = np.exp(-((X[:, None] - X[None]) ** 2).sum(-1))
+
+    def error(kind, seed):
+        nmap = nystroem_map(spec, X, 20, seed, landmarks=kind)
+        Z = nmap.transform(spec, X, X)
+        return np.linalg.norm(K - Z @ Z.T)
+
+    uniform = np.mean([error("uniform", s) for s in range(10)])
+    kmeans = np.mean([error("kmeans++", s) for s in range(10)])
+    assert kmeans < 0.7 * uniform
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+def test_kmeanspp_landmarks_fit_and_bad_value(name):
+    X, y = _data(n=100)
+    est = _fit(ESTIMATORS[name](kernel_approximation=20, landmarks="kmeans++"), X, y)
+    assert est.support_vectors_.shape[0] <= 20 and est.score(X, y) > 0.8
+    full = _fit(ESTIMATORS[name](kernel_approximation=100, landmarks="kmeans++"), X, y)
+    exact = _fit(ESTIMATORS[name](), X, y)
+    f = exact.decision_function(X)
+    np.testing.assert_allclose(full.decision_function(X), f, atol=1e-5 * np.abs(f).max())
+    with pytest.raises(ValueError, match="landmarks"):
+        ESTIMATORS[name](kernel_approximation=20, landmarks="leverage").fit(X, y)

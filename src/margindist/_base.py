@@ -635,7 +635,8 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         if n_comp is None:
             return self._fit_binary(problem)
         X = problem.X
-        nmap = nystroem_map(problem.kernel, X, n_comp, problem.seed)
+        nmap = nystroem_map(problem.kernel, X, n_comp, problem.seed, landmarks=getattr(self, "landmarks", "uniform"),
+                            sample_weight=problem.sample_weight)
         get_logger(getattr(self, "verbose", 0)).info(
             "%s: Nyström approximation with %d landmarks of %d rows (kernel_approximation=%r)",
             type(self).__name__, nmap.landmarks.size, X.shape[0], self.kernel_approximation)

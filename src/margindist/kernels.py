@@ -258,14 +258,25 @@ class NystroemMap:
         return a
 
 
-def nystroem_map(spec: KernelSpec, X, n_components: int, seed) -> NystroemMap:
-    """The Nyström map of ``n_components`` landmarks drawn uniformly without replacement from
-    the rows of X (all rows when n_components >= n_samples)."""
+def nystroem_map(spec: KernelSpec, X, n_components: int, seed, *, landmarks: str = "uniform",
+                 sample_weight=None) -> NystroemMap:
+    """The Nyström map of ``n_components`` landmark rows of X (all rows when n_components >=
+    n_samples). ``landmarks``: ``"uniform"`` draws them uniformly without replacement;
+    ``"kmeans++"`` by k-means++ seeding in the input space (scikit-learn's
+    ``kmeans_plusplus``, D^2 sampling weighted by ``sample_weight``), which spreads them over
+    the data and approximates the kernel matrix better for the same number (for the RBF
+    kernel, 1 - k(x, l) grows with ||x - l||)."""
     if spec.kind == "precomputed":
         raise ValueError("kernel_approximation needs the features: it cannot be used with kernel='precomputed'.")
     m = X.shape[0]
     if n_components >= m:
         idx = np.arange(m)
+    elif landmarks == "kmeans++":
+        from sklearn.cluster import kmeans_plusplus
+
+        _, idx = kmeans_plusplus(X, n_components, sample_weight=sample_weight,
+                                 random_state=np.random.RandomState(np.random.default_rng(seed).integers(2**31)))
+        idx = np.sort(idx)
     else:
         idx = np.sort(np.random.default_rng(seed).choice(m, size=n_components, replace=False))
     vals, vecs = np.linalg.eigh(kernel_matrix(spec, X[idx]))

@@ -12,6 +12,7 @@ from .._params import (
     CACHE_SIZE,
     KERNEL_APPROXIMATION,
     KERNEL_PARAMS,
+    LANDMARKS,
     MULTICLASS_PARAMS,
     POSITIVE,
     VERBOSE,
@@ -63,6 +64,10 @@ class LSSVM(BaseMarginClassifier):
         the exact model. ``"auto"``: exact while the sub-problem's m x m Gram matrix fits
         ``cache_size``, else 1000 landmarks (logged at ``verbose >= 1``). Ignored for the linear
         kernel; not available with ``kernel="precomputed"``.
+    landmarks : {"uniform", "kmeans++"}, default="uniform"
+        How ``kernel_approximation`` picks its landmark rows: uniformly at random, or by
+        k-means++ seeding in the input space (weighted by the sample weights), which covers
+        the data better for the same number of landmarks at an O(m k d) cost.
     solver : {"auto", "cholesky", "cg"}, default="auto"
         "auto": Cholesky for up to 2000 features (linear) / 5000 samples (kernel), else CG.
     tol : float, default=1e-10
@@ -141,6 +146,7 @@ class LSSVM(BaseMarginClassifier):
         "C": POSITIVE,
         **KERNEL_PARAMS,
         "kernel_approximation": KERNEL_APPROXIMATION,
+        "landmarks": LANDMARKS,
         "solver": [StrOptions({"auto", "cholesky", "cg"})],
         "tol": [Interval(Real, 0, None, closed="neither")],
         "max_iter": [Interval(Integral, 1, None, closed="left"), None],
@@ -149,7 +155,7 @@ class LSSVM(BaseMarginClassifier):
         "verbose": VERBOSE,
     }
 
-    def __init__(self, C=1.0, kernel="linear", gamma="scale", degree=3, coef0=0.0, kernel_approximation=None, solver="auto",
+    def __init__(self, C=1.0, kernel="linear", gamma="scale", degree=3, coef0=0.0, kernel_approximation=None, landmarks="uniform", solver="auto",
                  tol=1e-10, max_iter=None, cache_size=200, class_weight=None, multi_class="ovo",
                  n_jobs=None, verbose=0):
         self.C = C
@@ -158,6 +164,7 @@ class LSSVM(BaseMarginClassifier):
         self.degree = degree
         self.coef0 = coef0
         self.kernel_approximation = kernel_approximation
+        self.landmarks = landmarks
         self.solver = solver
         self.tol = tol
         self.max_iter = max_iter

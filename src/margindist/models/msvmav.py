@@ -14,6 +14,7 @@ from .._defaults import msvmav_alpha_beta
 from .._params import (
     KERNEL_APPROXIMATION,
     KERNEL_PARAMS,
+    LANDMARKS,
     MULTICLASS_PARAMS,
     NON_NEGATIVE,
     POSITIVE,
@@ -197,6 +198,10 @@ class MSVMAv(BaseMarginClassifier):
         path's O(m^3) factorisation is too slow. ``"auto"``: exact while the sub-problem's
         m x m Gram matrix fits ``cache_size``, else 1000 landmarks. Ignored for the linear
         kernel; not available with ``kernel="precomputed"``.
+    landmarks : {"uniform", "kmeans++"}, default="uniform"
+        How ``kernel_approximation`` picks its landmark rows: uniformly at random, or by
+        k-means++ seeding in the input space (weighted by the sample weights), which covers
+        the data better for the same number of landmarks at an O(m k d) cost.
     cache_size : float, default=500
         MiB for the cache of the kernel path's factorisations (the inverse of diag(1/s) + K with
         K, or an eigendecomposition; least recently used first out) that one ``fit`` holds:
@@ -333,6 +338,7 @@ class MSVMAv(BaseMarginClassifier):
         "dual": [StrOptions({"auto"}), "boolean"],
         "kernel_prox": [StrOptions({"paper", "rkhs"})],
         "kernel_approximation": KERNEL_APPROXIMATION,
+        "landmarks": LANDMARKS,
         "cache_size": [Interval(Real, 0, None, closed="left")],
         "factor_cache": [FactorCache, None],
         **MULTICLASS_PARAMS,
@@ -342,7 +348,7 @@ class MSVMAv(BaseMarginClassifier):
 
     def __init__(self, alpha="scale", beta="scale", kernel="linear", gamma="scale", degree=3, coef0=0.0,
                  max_iter=1000, tol=1e-6, fit_intercept=True, update="auto", refresh_every=None,
-                 return_best=True, dual="auto", kernel_prox="paper", kernel_approximation=None,
+                 return_best=True, dual="auto", kernel_prox="paper", kernel_approximation=None, landmarks="uniform",
                  cache_size=500, factor_cache=None, class_weight=None, multi_class="ovo", n_jobs=None,
                  random_state=None,
                  verbose=0):
@@ -361,6 +367,7 @@ class MSVMAv(BaseMarginClassifier):
         self.dual = dual
         self.kernel_prox = kernel_prox
         self.kernel_approximation = kernel_approximation
+        self.landmarks = landmarks
         self.cache_size = cache_size
         self.factor_cache = factor_cache
         self.class_weight = class_weight

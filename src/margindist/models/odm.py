@@ -14,6 +14,7 @@ from .._params import (
     CACHE_SIZE,
     KERNEL_APPROXIMATION,
     KERNEL_PARAMS,
+    LANDMARKS,
     MULTICLASS_PARAMS,
     POSITIVE,
     RANDOM_STATE,
@@ -90,6 +91,10 @@ class ODM(BaseMarginClassifier):
         the exact model. ``"auto"``: exact while the sub-problem's m x m Gram matrix fits
         ``cache_size``, else 1000 landmarks (logged at ``verbose >= 1``). Ignored for the linear
         kernel; not available with ``kernel="precomputed"``.
+    landmarks : {"uniform", "kmeans++"}, default="uniform"
+        How ``kernel_approximation`` picks its landmark rows: uniformly at random, or by
+        k-means++ seeding in the input space (weighted by the sample weights), which covers
+        the data better for the same number of landmarks at an O(m k d) cost.
     solver : {"auto", "dcd", "newton", "svrg"}, default="auto"
         * ``"dcd"``: dual coordinate descent (linear: O(nnz(x_i)) per step, w maintained;
           kernel: kernel columns on demand from an LRU cache of ``cache_size`` MiB). Stops
@@ -219,6 +224,7 @@ class ODM(BaseMarginClassifier):
         "theta": [Interval(Real, 0, 1, closed="left")],
         **KERNEL_PARAMS,
         "kernel_approximation": KERNEL_APPROXIMATION,
+        "landmarks": LANDMARKS,
         "solver": [StrOptions({"auto", "dcd", "newton", "svrg"})],
         "tol": POSITIVE,
         "max_iter": [Interval(Integral, 1, None, closed="left")],
@@ -230,7 +236,7 @@ class ODM(BaseMarginClassifier):
         "verbose": VERBOSE,
     }
 
-    def __init__(self, lam="auto", mu=0.8, theta=0.2, kernel="linear", gamma="scale", degree=3, coef0=0.0, kernel_approximation=None,
+    def __init__(self, lam="auto", mu=0.8, theta=0.2, kernel="linear", gamma="scale", degree=3, coef0=0.0, kernel_approximation=None, landmarks="uniform",
                  solver="auto", tol=1e-3, max_iter=1000, fit_intercept=True, cache_size=200,
                  warm_start=False, class_weight=None, multi_class="ovo", n_jobs=None, random_state=None,
                  verbose=0):
@@ -242,6 +248,7 @@ class ODM(BaseMarginClassifier):
         self.degree = degree
         self.coef0 = coef0
         self.kernel_approximation = kernel_approximation
+        self.landmarks = landmarks
         self.solver = solver
         self.tol = tol
         self.max_iter = max_iter
