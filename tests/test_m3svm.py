@@ -528,6 +528,7 @@ def test_auto_solver_choice_and_same_predictions(iris):
     assert est._resolve_solver(X, 3) == "lbfgs"
     assert est._resolve_solver(sp.csr_matrix(X), 3) == "lbfgs"
     assert est._resolve_solver(sp.csr_matrix((5, 2000)), 5) == "lbfgs-scores"
+    assert est._resolve_solver(np.zeros((5, 2000)), 5) == "lbfgs"  # the presets' solver
     assert M3SVM(p=1.5)._resolve_solver(X, 2) == "lbfgs"
     for target in (yb, y):
         for Xf in (X, sp.csr_matrix(X)):
