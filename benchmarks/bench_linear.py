@@ -10,7 +10,8 @@ Rows (``--rows``; the data of ``bench_defaults.py``):
 Each estimator is fitted at its defaults (ODM's ``lam="auto"`` is LinearSVC's C = 1 exactly; the
 others' defaults are their own data-dependent choices, see the hyperparameters page), the peer is
 ``LinearSVC()``. Fits of ours and the peer alternate; the times are medians of ``--repeats`` fits
-(1 on ``large_sparse`` unless given). Reported per estimator: fit time, the peer's time from the
+(1 on ``large_sparse`` unless given), after one warm-up fit on 2000 rows (numba compilation
+or cache loading is not timed). Reported per estimator: fit time, the peer's time from the
 same run, ratio ours / peer (goal <= 1.0), peak memory of one fit above the memory held before it
 (resident set high-water mark, reset through ``/proc/self/clear_refs``; Linux only, else blank),
 test accuracy of both, and ``time(n) / time(n/2)``: the median fit time on all training rows over
@@ -105,6 +106,7 @@ def median_times(make, X, y, repeats):
 
 def measure(name, make, data, repeats, scaling):
     X, y, Xt, yt = data
+    make().fit(X[:2000], y[:2000])  # compile / load the numba cache outside the timings
     ours, peer, est, ref = median_times(make, X, y, repeats)
     t = statistics.median(r[0] for r in ours)
     t_peer = statistics.median(r[0] for r in peer)

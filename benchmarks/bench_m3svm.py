@@ -22,6 +22,12 @@ single-threaded, and the machine is shared.
 
     MARGINDIST_DATA=/path/to/datasets python benchmarks/bench_m3svm.py [--quick]
 
+``--linear`` instead times the default fit (``solver="auto"``) against scikit-learn's LIBLINEAR
+peers: on the two-class rows of ``bench_defaults.py`` (dense 120k x 100, sparse 200k x 50k;
+``--large`` adds the 2M x 200k float32 one, timed once) against ``LinearSVC()``, with the old
+solver (``solver="lbfgs"``) and time(2n)/time(n) (fits on the first n/2 and all n rows), and on
+cornell's raw word features as CSR against ``LinearSVC(multi_class="crammer_singer")``.
+
 glass, dermatology and cornell (the CSV files from the M3SVM authors' code; not bundled) are read
 from the directory given by ``--data-dir`` and the directories in the environment variable
 MARGINDIST_DATA, in that order; the script stops with a message when they are not found there.
@@ -228,6 +234,110 @@ def accuracy_table(results):
     return "\n".join(lines)
 
 
+def _fit_time(make, X, y):
+    t = time.perf_counter()
+    est = make().fit(X, y)
+    return time.perf_counter() - t, est
+
+
+def linear_row(name, data, repeats):
+    """Default M3SVM (auto), LinearSVC(), the old L-BFGS and auto on n/2 rows: median times."""
+    X, y, Xt, yt = data
+    half = X.shape[0] // 2
+    makers = {"ours": M3SVM, "peer": LinearSVC, "old": lambda: M3SVM(solver="lbfgs")}
+    times = {k: [] for k in (*makers, "half")}
+    acc = {}
+    for _ in range(repeats):
+        for key, make in makers.items():
+            t, est = _fit_time(make, X, y)
+            times[key].append(t)
+            acc[key] = est.score(Xt, yt)
+        times["half"].append(_fit_time(M3SVM, X[:half], y[:half])[0])
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    return {"name": name, "shape": X.shape, "med": med, "acc": acc}
+
+
+def cornell_row(repeats):
+    """cornell's raw word features as CSR (first fold of a stratified 5-fold split): M3SVM
+    defaults (auto), the old L-BFGS and Newton-CG against LinearSVC Crammer-Singer."""
+    import scipy.sparse as sp
+
+    X, y = load("cornell")
+    X = sp.csr_matrix(np.asarray(X, dtype=np.float64))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        tr, te = next(StratifiedKFold(5, shuffle=True, random_state=0).split(X, y))
+    makers = {"ours": M3SVM, "peer": lambda: LinearSVC(multi_class="crammer_singer"),
+              "old": lambda: M3SVM(solver="lbfgs"), "newton": lambda: M3SVM(solver="newton")}
+    times = {k: [] for k in makers}
+    acc = {}
+    for _ in range(repeats):
+        for key, make in makers.items():
+            t, est = _fit_time(make, X[tr], y[tr])
+            times[key].append(t)
+            acc[key] = est.score(X[te], y[te])
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    return {"name": "cornell raw CSR (K = 7)", "shape": X[tr].shape, "med": med, "acc": acc}
+
+
+def linear_table(rows):
+    lines = [("| row (n x d) | ours (auto) | peer | ratio | acc ours / peer | old lbfgs (ratio to peer) | "
+              "t(2n)/t(n) | other |"), "|" + "---|" * 8]
+    for r in rows:
+        m, a = r["med"], r["acc"]
+        scale = f"{m['ours'] / m['half']:.2f}" if "half" in m else "-"
+        other = (f"Newton-CG {m['newton']:.3f} s, acc {a['newton']:.3f}" if "newton" in m else "")
+        lines.append(
+            f"| {r['name']} ({r['shape'][0]} x {r['shape'][1]}) | {m['ours']:.3f} s | {m['peer']:.3f} s | "
+            f"{m['ours'] / m['peer']:.2f} | {a['ours']:.3f} / {a['peer']:.3f} | {m['old']:.3f} s "
+            f"({m['old'] / m['peer']:.2f}) | {scale} | {other} |")
+    return "\n".join(lines)
+
+
+def warm_up():
+    """Load every compiled kernel the timed fits use (numba's cache) before timing."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 5))
+    warnings.simplefilter("ignore", ConvergenceWarning)
+    for Xf in (X, sp.csr_matrix(X), X.astype(np.float32), sp.csr_matrix(X, dtype=np.float32)):
+        for y in (np.arange(60) % 2, np.arange(60) % 3):
+            for solver in ("auto", "newton", "lbfgs-scores"):
+                for loss in ("smooth_hinge", "softmax"):
+                    M3SVM(solver=solver, loss=loss, max_iter=3).fit(Xf, y)
+
+
+def run_linear(args, machine):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_defaults import dense, large_sparse, sparse
+
+    check_data_dir(["cornell"])
+    rows = []
+    with threadpool_limits(1), warnings.catch_warnings():
+        warm_up()
+        rows.append(cornell_row(args.repeats))
+        print(linear_table(rows[-1:]), flush=True)
+        loaders = [("dense", dense), ("sparse", sparse)] + ([("large sparse", large_sparse)] if args.large else [])
+        for name, load_row in loaders:
+            rows.append(linear_row(name, load_row(args.quick), 1 if name == "large sparse" else args.repeats))
+            print(linear_table(rows[-1:]).splitlines()[-1], flush=True)
+    table = linear_table(rows)
+    print(table)
+    if not args.quick:
+        write_section(args.out, "Default fit against LIBLINEAR (--linear)", (
+            f"{args.repeats} repeats, median, interleaved (the large sparse row once). {machine} "
+            "Two-class rows of `bench_defaults.py` (test accuracy on its held-out rows) against "
+            "`LinearSVC()`; cornell's raw word features (CSR, first fold of a stratified 5-fold "
+            "split) against `LinearSVC(multi_class='crammer_singer')`. ours: `M3SVM()` (solver "
+            "'auto': Newton for two classes, L-BFGS on the scores for cornell); old: "
+            "`M3SVM(solver='lbfgs')`, scipy's L-BFGS-B; t(2n)/t(n): the default fit on all n rows "
+            "over the fit on the first n/2.\n\n" + table))
+        print(f"written to {args.out}")
+
+
 def write_section(path, title, body):
     """Replace (or add) the section ``## title`` of the results file, keeping the others."""
     path = Path(path)
@@ -253,6 +363,10 @@ def main():
     ap.add_argument("--accuracy", action="store_true",
                     help="instead of timings: stratified 5-fold accuracy on vehicle, glass, "
                          "dermatology (inner-CV grid) and cornell (defaults)")
+    ap.add_argument("--linear", action="store_true",
+                    help="instead: the default fit against LinearSVC on the bench_defaults rows and "
+                         "against Crammer-Singer on cornell's raw CSR features")
+    ap.add_argument("--large", action="store_true", help="with --linear: add the 2M x 200k sparse row")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "bench_m3svm.md"))
     ap.add_argument("--data-dir", help="directory holding glass.csv, dermatology.csv and cornell.csv "
                                        "(searched before the directories in MARGINDIST_DATA)")
@@ -264,6 +378,9 @@ def main():
                f"and torch limited to one thread; Python {platform.python_version()}.")
     if torch is not None:
         torch.set_num_threads(1)
+    if args.linear:
+        run_linear(args, machine)
+        return
     if args.accuracy:
         names = ["glass"] if args.quick else ["vehicle", "glass", "dermatology", "cornell"]
         check_data_dir(names)

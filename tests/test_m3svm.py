@@ -26,6 +26,14 @@ from margindist.solvers.m3svm import (
     m3svm_objective,
     pairwise_penalty,
 )
+from margindist.solvers.m3svm_newton import (
+    _BinaryProblem,
+    _MultiProblem,
+    m3svm_lbfgs_scores,
+    m3svm_newton_binary,
+    m3svm_newton_multiclass,
+    pcg,
+)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -364,3 +372,180 @@ def test_vehicle_accuracy_close_to_crammer_singer():
         warnings.simplefilter("ignore", ConvergenceWarning)
         cs = LinearSVC(multi_class="crammer_singer").fit(Xtr, ytr).score(Xte, yte)
     assert ours >= cs - 0.03, (ours, cs)
+
+
+# ----------------------------------------------------------------------------- Newton solvers
+def _binary_data(n=120, d=6, seed=10):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) * (rng.random((n, d)) < 0.7)
+    y = (X[:, 0] - X[:, 1] + 0.8 * rng.normal(size=n) > 0).astype(int)
+    return X, y, rng.uniform(0.2, 3.0, n)
+
+
+def _reduced_objective(v, X, y, sw, lam, p, delta, eps, loss, fit_intercept):
+    """F2(u, c) of the Newton solver's docstring written out with NumPy (independent code)."""
+    u, c = v[:X.shape[1]], (v[-1] if fit_intercept else 0.0)
+    m = np.where(y == 1, 1.0, -1.0) * (X @ u + c)
+    data = (np.logaddexp(0.0, -m) if loss == "softmax"
+            else ((1 - m) + np.sqrt((1 - m) ** 2 + delta**2)) / 2)
+    return sw @ data + lam * np.linalg.norm(u) ** p + eps / 2 * (u @ u + c * c)
+
+
+@pytest.mark.parametrize("loss", ["smooth_hinge", "softmax"])
+@pytest.mark.parametrize("p", [2.0, 3.0, 4.0])
+def test_binary_reduction_gradient_and_hessian(loss, p):
+    X, y, sw = _binary_data()
+    kw = {"lam": 0.3, "p": p, "delta": 0.2, "eps": 1e-3, "loss": loss, "fit_intercept": True}
+    rng = np.random.default_rng(11)
+    v = rng.normal(size=X.shape[1] + 1)
+    for Xf in (X, sp.csr_matrix(X)):
+        prob = _BinaryProblem(Xf, np.where(y == 1, 1.0, -1.0), sw, direct=False, **kw)
+        f, g = prob.set_point(v.copy())
+        # the reduced objective is F at W = [-u/2, u/2], b = [-c/2, c/2], and the independent F2
+        u, c = v[:-1], v[-1]
+        theta = np.concatenate([-u / 2, u / 2, [-c / 2, c / 2]])
+        F = m3svm_objective(theta, X, y, sw, 2, **kw)[0]
+        assert np.isclose(f * sw.sum(), F, rtol=1e-12)
+        assert np.isclose(F, _reduced_objective(v, X, y, sw, **kw), rtol=1e-12)
+        fd = central_diff(lambda t: _reduced_objective(t, X, y, sw, **kw), v) / sw.sum()
+        np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-7)
+        # Hessian-vector products and the explicit Hessian against differences of the gradient
+        w = rng.normal(size=v.size)
+        h = 1e-6
+        fd_hv = (prob.set_point(v + h * w)[1] - prob.set_point(v - h * w)[1]) / (2 * h)
+        prob.set_point(v.copy())
+        np.testing.assert_allclose(prob.hvp(w), fd_hv, rtol=1e-5, atol=1e-8)
+        np.testing.assert_allclose(prob._diagonal(), [prob.hvp(e)[j] for j, e in enumerate(np.eye(v.size))],
+                                   rtol=1e-10)
+        if not sp.issparse(Xf):
+            np.testing.assert_allclose(prob._hessian() @ w, prob.hvp(w), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("loss", ["smooth_hinge", "softmax"])
+@pytest.mark.parametrize("p", [2.0, 4.0])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_binary_newton_matches_lbfgs_and_an_independent_solve(loss, p, fit_intercept):
+    X, y, sw = _binary_data()
+    kw = {"lam": 0.3, "p": p, "delta": 0.2, "eps": 1e-6, "loss": loss, "fit_intercept": fit_intercept}
+    ref = m3svm_lbfgs(X, y, sw, 2, tol=1e-10, **kw)
+    ind = minimize(_reduced_objective, np.zeros(X.shape[1] + fit_intercept), args=(X, y, sw, *kw.values()),
+                   method="BFGS", options={"gtol": 1e-9, "maxiter": 10000})
+    assert np.isclose(ref.objective, ind.fun, rtol=1e-9)
+    for Xf, direct in ((X, True), (X, False), (sp.csr_matrix(X), False), (X.astype(np.float32), True),
+                       (sp.csr_matrix(X, dtype=np.float32), False)):
+        f32 = Xf.dtype == np.float32  # gradients of float32 products: tol 1e-10 is out of reach
+        res = m3svm_newton_binary(Xf, y, sw, tol=1e-6 if f32 else 1e-10, direct=direct, **kw)
+        assert res.converged
+        rtol = 1e-6 if f32 else 1e-10
+        assert abs(res.objective - ref.objective) <= rtol * ref.objective, (direct, Xf.dtype)
+        # the minimiser of the full problem is [-u/2, u/2]
+        atol = 1e-3 if Xf.dtype == np.float32 else 1e-6
+        np.testing.assert_allclose(res.coef, ref.coef, atol=atol * np.abs(ref.coef).max())
+        np.testing.assert_allclose(res.intercept, ref.intercept, atol=atol * max(1, np.abs(ref.intercept).max()))
+        np.testing.assert_allclose(res.coef[0], -res.coef[1])
+
+
+def _multi_data(n=90, d=5, K=4, seed=12):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) * (rng.random((n, d)) < 0.7)
+    y = np.argmax(X[:, :K] + 0.7 * rng.normal(size=(n, K)), axis=1)
+    return X, y, rng.uniform(0.2, 3.0, n)
+
+
+@pytest.mark.parametrize("loss", ["smooth_hinge", "softmax"])
+@pytest.mark.parametrize("p", [2.0, 3.0, 4.0])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_multiclass_hessian_vector_products(loss, p, sparse):
+    X, y, sw = _multi_data()
+    K, d = 4, X.shape[1]
+    kw = {"lam": 0.7, "p": p, "delta": 0.3, "eps": 1e-3, "loss": loss, "fit_intercept": True}
+    prob = _MultiProblem(sp.csr_matrix(X) if sparse else X, y, sw, K, **kw)
+    rng = np.random.default_rng(13)
+    theta = prob.project(rng.normal(size=K * d + K))
+    theta[d:2 * d] = theta[:d]  # w_0 == w_1: zero pairwise distance
+    theta = prob.project(theta)
+    v = prob.project(rng.normal(size=theta.size))
+    prob.set_point(theta.copy())
+    prob._curvature()
+    hv, diag = prob.hvp(v), prob._diagonal()
+
+    def grad(t):
+        return m3svm_objective(t, X, y, sw, K, **kw)[1] / sw.sum()
+
+    h = 1e-6
+    fd = (grad(theta + h * v) - grad(theta - h * v)) / (2 * h)
+    np.testing.assert_allclose(hv, fd, rtol=1e-5, atol=1e-7 * np.abs(fd).max())
+    # the preconditioner is the Hessian's diagonal (every 7th entry, by differences)
+    eye = np.eye(theta.size)[::7]
+    cols = np.array([(grad(theta + h * e) - grad(theta - h * e)) / (2 * h) for e in eye])
+    np.testing.assert_allclose(diag[::7], np.diag(cols[:, ::7]), rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("loss", ["smooth_hinge", "softmax"])
+@pytest.mark.parametrize("p", [2.0, 4.0])
+def test_multiclass_newton_and_lbfgs_scores_match_lbfgs(loss, p):
+    X, y, sw = _multi_data()
+    kw = {"lam": 0.2, "p": p, "delta": 0.2, "eps": 1e-6, "loss": loss, "fit_intercept": True}
+    ref = m3svm_lbfgs(X, y, sw, 4, tol=1e-10, **kw)
+    for Xf in (X, sp.csr_matrix(X), sp.csr_matrix(X, dtype=np.float32)):
+        f32 = Xf.dtype == np.float32
+        rtol = 1e-6 if f32 else 1e-9
+        for fit in (m3svm_newton_multiclass, m3svm_lbfgs_scores):
+            res = fit(Xf, y, sw, 4, tol=1e-6 if f32 else 1e-10, **kw)
+            assert res.converged, fit.__name__
+            assert abs(res.objective - ref.objective) <= rtol * ref.objective, (fit.__name__, Xf.dtype)
+            np.testing.assert_allclose(res.coef, ref.coef, atol=1e-3 * np.abs(ref.coef).max())
+
+
+def test_lbfgs_scores_handles_p_below_two():
+    X, y, sw = _multi_data()
+    kw = {"lam": 0.2, "p": 1.0, "delta": 0.2, "eps": 1e-6, "loss": "smooth_hinge", "fit_intercept": False}
+    ref = m3svm_lbfgs(X, y, sw, 4, tol=1e-9, **kw)
+    res = m3svm_lbfgs_scores(X, y, sw, 4, tol=1e-9, **kw)
+    assert abs(res.objective - ref.objective) <= 1e-6 * ref.objective
+    with pytest.raises(ValueError, match="p >= 2"):
+        m3svm_newton_multiclass(X, y, sw, 4, tol=1e-9, **kw)
+
+
+def test_pcg_solves_a_positive_definite_system():
+    rng = np.random.default_rng(14)
+    A = rng.normal(size=(30, 30))
+    H = A @ A.T + 0.1 * np.eye(30)
+    g = rng.normal(size=30)
+    x, k = pcg(lambda v: H @ v, g, 1.0 / np.diag(H), 1e-12, 200)
+    np.testing.assert_allclose(H @ x, -g, atol=1e-9 * np.abs(g).max())
+    assert k <= 200
+    # a loose forcing term stops early, with the residual it promises
+    x, k = pcg(lambda v: H @ v, g, 1.0 / np.diag(H), 0.5, 200)
+    assert np.linalg.norm(H @ x + g) <= 0.5 * np.linalg.norm(g) and k < 30
+
+
+def test_auto_solver_choice_and_same_predictions(iris):
+    X, y = iris
+    yb = (y == 2).astype(int)
+    est = M3SVM(lam=0.1, tol=1e-9)
+    assert est._resolve_solver(X, 2) == "newton"
+    assert est._resolve_solver(X, 3) == "lbfgs"
+    assert est._resolve_solver(sp.csr_matrix(X), 3) == "lbfgs"
+    assert est._resolve_solver(sp.csr_matrix((5, 2000)), 5) == "lbfgs-scores"
+    assert est._resolve_solver(np.zeros((5, 2000)), 5) == "lbfgs"  # the presets' solver
+    assert M3SVM(p=1.5)._resolve_solver(X, 2) == "lbfgs"
+    for target in (yb, y):
+        for Xf in (X, sp.csr_matrix(X)):
+            a = M3SVM(lam=0.1, tol=1e-9).fit(Xf, target)
+            b = M3SVM(lam=0.1, tol=1e-9, solver="lbfgs").fit(Xf, target)
+            assert abs(a.objective_ - b.objective_) <= 1e-8 * b.objective_
+            np.testing.assert_array_equal(a.predict(Xf), b.predict(Xf))
+    with pytest.raises(ValueError, match="p >= 2"):
+        M3SVM(p=1.5, solver="newton").fit(X, yb)
+
+
+def test_newton_warm_start(iris):
+    X, y = iris
+    yb = (y == 2).astype(int)
+    for target in (yb, y):
+        est = M3SVM(lam=0.1, tol=1e-9, solver="newton", warm_start=True).fit(X, target)
+        coef = est.coef_.copy()
+        est.fit(X, target)
+        assert est.n_iter_ <= 1
+        np.testing.assert_allclose(est.coef_, coef, atol=1e-7 * np.abs(coef).max())

@@ -216,28 +216,26 @@ def test_bad_input_raises_a_clear_error(name, data, bad):
 
 
 # ---------------------------------------------------------------------------------------------
-#: Hard but valid cases the ``large`` profile found, kept as strict expected failures (a fix
-#: turns them into errors, so the mark goes with the fix): six points of two classes each.
+#: Hard but valid cases the ``large`` profile found: six points of two classes each.
 _FAR_BOUNDARY = np.array([[1000.0], [960.65852174], [913.59990308], [0.0], [69.23257778], [43.01197373]])
 _TINY_FEATURES = np.array([[1.37855357e-05, 1.33455385e-04], [1.64683690e-04, 1.81479634e-04], [0.0, 0.0],
                            [1.0e-03, 5.64625245e-04], [8.60414114e-04, 5.43289198e-04],
                            [9.48928489e-04, 5.01171558e-04]])
-_FAR_REASON = ("one feature of size ~1000 with the class boundary at x ~ 500: the intercept must be "
-               "~500 times the weight, which this solver does not reach at its defaults (LinearSVC, ODM "
-               "and MSVMAv fit these points exactly)")
 
 
-@pytest.mark.parametrize("name, X, reason", [
-    ("FMM", _FAR_BOUNDARY, _FAR_REASON),
-    ("LDM-asgd", _FAR_BOUNDARY, _FAR_REASON),
-    ("LDM", _TINY_FEATURES, "features of size ~1e-3: C = 1 underfits and both classes are still "
-                            "predicted, so no degenerate-model warning fires"),
-])
-def test_known_hard_cases(name, X, reason):
+def test_margin_pursuit_newton_fits_the_far_boundary():
+    # a former known hard case: the projected SGD (the old default) did not reach the intercept at
+    # its defaults; the Newton solver (the default now) reaches the minimiser and fits the points
     y = np.array([-1, -1, -1, 2, 2, 2])
-    est, warned = _fit(CONFIGS[name](), X, y, None)
-    acc = np.mean(est.predict(X) == y)
-    if not (warned or acc >= 0.75):
-        pytest.xfail(reason)
-    # fixed: remove the case from this list
-    raise AssertionError(f"{name} now handles this case (accuracy {acc:.2f}, warned={bool(warned)})")
+    est, warned = _fit(CONFIGS["MarginPursuit"](), _FAR_BOUNDARY, y, None)
+    assert not warned and np.mean(est.predict(_FAR_BOUNDARY) == y) == 1.0
+
+
+@pytest.mark.parametrize("name, X", [("FMM", _FAR_BOUNDARY), ("LDM-asgd", _FAR_BOUNDARY), ("LDM", _TINY_FEATURES)])
+def test_formerly_hard_cases_warn_about_the_scale(name, X):
+    # cases the large profile found: the method's defaults assume rows of norm about 1 and it
+    # underfitted them silently; it now names the scale (docs/hyperparameters.md)
+    y = np.array([-1, -1, -1, 2, 2, 2])
+    with pytest.warns(FeatureScaleWarning, match="root-mean-square norm"):
+        CONFIGS[name]().fit(X, y)
+    CONFIGS[name]().fit(X / np.sqrt(np.mean(np.sum(X**2, axis=1))), y)  # rows of norm 1: no warning

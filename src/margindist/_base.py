@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 import numpy as np
@@ -48,6 +48,7 @@ from sklearn.utils.validation import (
 )
 
 from ._validation import (
+    ROW_NORM_RANGE,
     canonical_csr,
     check_class_totals,
     check_class_weight,
@@ -55,7 +56,13 @@ from ._validation import (
     warn_degenerate,
     warn_feature_scale,
 )
-from .kernels import KernelSpec, kernel_decision, resolve_kernel, rkhs_norm_sq
+from .kernels import (
+    KernelSpec,
+    kernel_decision,
+    nystroem_map,
+    resolve_kernel,
+    rkhs_norm_sq,
+)
 from .metrics import label_index, multiclass_margins, pairwise_margins
 
 logger = logging.getLogger("margindist")
@@ -191,6 +198,37 @@ class BinaryProblem:
     rows: np.ndarray | None = None
     #: (negative class index or None for "the rest", positive class index).
     classes: tuple = (0, 1)
+
+
+#: The resolved linear kernel of the Nyström path's linear sub-problems.
+LINEAR_KERNEL = resolve_kernel("linear")
+#: ``kernel_approximation="auto"``: landmarks used when the exact path would not fit its budget.
+AUTO_COMPONENTS = 1000
+#: ``kernel_approximation="auto"`` for a method without ``cache_size``: the m x m Gram budget.
+AUTO_EXACT_BYTES = 2**30
+
+
+def approximation_components(estimator, problem: BinaryProblem) -> int | None:
+    """Landmarks for the Nyström path of this sub-problem, or None for the exact kernel path.
+
+    ``kernel_approximation``: None (exact), an int (that many landmarks, at most the rows), or
+    ``"auto"``: exact while the sub-problem's m x m float64 Gram matrix fits the estimator's
+    ``cache_size`` (1 GiB for methods without one), else :data:`AUTO_COMPONENTS` landmarks.
+    The linear kernel is always exact.
+    """
+    value = getattr(estimator, "kernel_approximation", None)
+    kernel = problem.kernel
+    if value is None or kernel is None or kernel.is_linear:
+        return None
+    if kernel.kind in ("precomputed",):
+        raise ValueError("kernel_approximation needs the features: it cannot be used with kernel='precomputed'; "
+                         "use kernel_approximation=None.")
+    m = problem.X.shape[0]
+    if value == "auto":
+        cache = getattr(estimator, "cache_size", None)
+        budget = AUTO_EXACT_BYTES if cache is None else cache * 2**20
+        return None if 8.0 * m * m <= budget else min(AUTO_COMPONENTS, m)
+    return min(int(value), m)
 
 
 def combined_sample_weight(sample_weight, class_weight, X, y, classes) -> np.ndarray:
@@ -469,7 +507,13 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         if spec is not None and spec.kind in ("precomputed", "callable"):
             return None
         adapts = spec is not None and not spec.is_linear and getattr(self, "gamma", None) == "scale"
-        return warn_feature_scale(self, X, rows=not adapts)
+        return warn_feature_scale(self, X, rows=not adapts, row_range=self._row_norm_range(X, spec))
+
+    def _row_norm_range(self, X, spec):
+        """The root-mean-square row norms this model's defaults serve (outside it a
+        :class:`~margindist.exceptions.FeatureScaleWarning`); methods whose defaults or solver
+        assume rows of norm about 1 narrow it (documented in ``docs/hyperparameters.md``)."""
+        return ROW_NORM_RANGE
 
     def _check_useful(self, X, y_index, sw, scale_problem):
         """After a fit: ``predict`` gives finite values on (a sample of) the training rows and
@@ -573,7 +617,7 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
             shared = self._shared_setup(X, sw, spec)
 
         def one(k):
-            return self._fit_binary(self._problem(X, sw, spec, problems[k], warm[k], shared, int(seeds[k])))
+            return self._solve_binary(self._problem(X, sw, spec, problems[k], warm[k], shared, int(seeds[k])))
 
         if sequential:
             models = [one(k) for k in range(len(problems))]
@@ -582,6 +626,23 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         self._warm_state = {"key": key, "states": [m.extra.pop("warm", None) for m in models],
                             "seeds": [int(s) for s in seeds]}
         return models
+
+    def _solve_binary(self, problem: BinaryProblem) -> BinaryModel:
+        """``_fit_binary(problem)``, or, with ``kernel_approximation``, the method's linear path
+        on Nyström features of the sub-problem's rows, returned as the kernel expansion over
+        its landmarks (the same objective with K replaced by its Nyström approximation)."""
+        n_comp = approximation_components(self, problem)
+        if n_comp is None:
+            return self._fit_binary(problem)
+        X = problem.X
+        nmap = nystroem_map(problem.kernel, X, n_comp, problem.seed, landmarks=getattr(self, "landmarks", "uniform"),
+                            sample_weight=problem.sample_weight)
+        get_logger(getattr(self, "verbose", 0)).info(
+            "%s: Nyström approximation with %d landmarks of %d rows (kernel_approximation=%r)",
+            type(self).__name__, nmap.landmarks.size, X.shape[0], self.kernel_approximation)
+        Z = nmap.transform(problem.kernel, X, X)
+        model = self._fit_binary(replace(problem, X=Z, kernel=LINEAR_KERNEL, warm=None, shared=None))
+        return replace(model, coef=None, dual_coef=nmap.dual_coef(model.coef, X.shape[0]), norm_sq=None)
 
     # ------------------------------------------------------------------ streaming
     def _partial_fit_binary(self, problem: BinaryProblem) -> BinaryModel:  # pragma: no cover

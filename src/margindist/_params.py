@@ -17,6 +17,9 @@ POSITIVE = [Interval(Real, 0, None, closed="neither")]
 NON_NEGATIVE = [Interval(Real, 0, None, closed="left")]
 POSITIVE_INT = [Interval(Integral, 1, None, closed="left")]
 CACHE_SIZE = [Interval(Real, 0, None, closed="neither")]
+#: None (exact kernel), a number of Nyström landmarks, or "auto" (see ``_base.approximation_components``).
+KERNEL_APPROXIMATION = [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"}), None]
+LANDMARKS = [StrOptions({"uniform", "kmeans++"})]
 
 #: The kernel-related constraints, for estimators that take a kernel.
 KERNEL_PARAMS = {

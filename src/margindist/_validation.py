@@ -140,10 +140,13 @@ ROW_NORM_RANGE = (1e-4, 1e5)
 COLUMN_RATIO_MAX = 1e6
 
 
-def feature_scale_problem(X, *, columns: bool = True, rows: bool = True) -> str | None:
+def feature_scale_problem(X, *, columns: bool = True, rows: bool = True,
+                          row_range: tuple[float, float] = ROW_NORM_RANGE) -> str | None:
     """A sentence describing an extreme feature scale of X, or None when it looks ordinary.
 
-    ``rows``: the root-mean-square row norm is outside :data:`ROW_NORM_RANGE`; ``columns``: the
+    ``rows``: the root-mean-square row norm is outside ``row_range`` (by default
+    :data:`ROW_NORM_RANGE`; a method whose defaults assume rows of norm about 1 passes a
+    narrower one); ``columns``: the
     largest absolute value of some column is over :data:`COLUMN_RATIO_MAX` times that of
     another (non-zero) column.
     """
@@ -159,7 +162,7 @@ def feature_scale_problem(X, *, columns: bool = True, rows: bool = True) -> str 
             col_max = np.abs(X).max(axis=0)
     if rows:
         rms = np.sqrt(sq_total / n)
-        lo, hi = ROW_NORM_RANGE
+        lo, hi = row_range
         if rms > 0 and not lo <= rms <= hi:
             return f"the rows have a root-mean-square norm of {rms:.3g} (ordinary: {lo:g} to {hi:g})"
     if columns:
@@ -171,9 +174,10 @@ def feature_scale_problem(X, *, columns: bool = True, rows: bool = True) -> str 
     return None
 
 
-def warn_feature_scale(estimator, X, *, rows: bool = True, columns: bool = True) -> str | None:
+def warn_feature_scale(estimator, X, *, rows: bool = True, columns: bool = True,
+                       row_range: tuple[float, float] = ROW_NORM_RANGE) -> str | None:
     """Warn (once per fit) when X is on an extreme scale; returns the problem or None."""
-    problem = feature_scale_problem(X, rows=rows, columns=columns)
+    problem = feature_scale_problem(X, rows=rows, columns=columns, row_range=row_range)
     if problem is not None:
         warnings.warn(
             f"{type(estimator).__name__}: {problem}. At this scale its regularisation and step sizes "

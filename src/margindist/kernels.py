@@ -225,6 +225,65 @@ def rkhs_norm_sq(spec: KernelSpec, Z, coef, *, max_bytes: int = DEFAULT_BLOCK_BY
     return np.maximum(np.sum(coef * Kc, axis=0), 0.0)
 
 
+@dataclass
+class NystroemMap:
+    """A Nyström feature map phi(x) = N k(L, x) over landmark rows L of the training data.
+
+    With K_LL = U diag(s) U^T, N = U diag(1 / sqrt(s)) U^T (eigenvalues below 1e-12 of the
+    largest clipped, as scikit-learn's ``Nystroem`` does), so phi(x)^T phi(z) =
+    k(x, L) K_LL^+ k(L, z), which equals k(x, z) on the span of the landmarks (all of it when
+    every training row is a landmark). A linear model w on phi is the kernel expansion
+    f(x) = sum_j (N w)_j k(l_j, x): :meth:`dual_coef` gives its coefficients on the training rows.
+    """
+
+    landmarks: np.ndarray  # indices of the landmark rows in the training rows (sorted)
+    normalization: np.ndarray  # N, (k, k) symmetric
+
+    def transform(self, spec: KernelSpec, X_train, X, *, max_bytes: int = DEFAULT_BLOCK_BYTES) -> np.ndarray:
+        """phi(X) as a dense (n, k) array, float32 for float32 X (else float64), computed in
+        row chunks of at most ``max_bytes`` of kernel values (never an n x k float64 block)."""
+        L = X_train[self.landmarks]
+        k = self.landmarks.size
+        out = np.empty((X.shape[0], k), dtype=np.float32 if X.dtype == np.float32 else np.float64)
+        step = _chunk_rows(X.shape[0], k, max_bytes)
+        for start in range(0, X.shape[0], step):
+            out[start : start + step] = kernel_matrix(spec, X[start : start + step], L) @ self.normalization
+        return out
+
+    def dual_coef(self, coef, n_rows: int) -> np.ndarray:
+        """The expansion coefficients of the linear model ``coef`` on the n_rows training rows
+        (zero outside the landmarks)."""
+        a = np.zeros(n_rows)
+        a[self.landmarks] = self.normalization @ np.asarray(coef, dtype=np.float64)
+        return a
+
+
+def nystroem_map(spec: KernelSpec, X, n_components: int, seed, *, landmarks: str = "uniform",
+                 sample_weight=None) -> NystroemMap:
+    """The Nyström map of ``n_components`` landmark rows of X (all rows when n_components >=
+    n_samples). ``landmarks``: ``"uniform"`` draws them uniformly without replacement;
+    ``"kmeans++"`` by k-means++ seeding in the input space (scikit-learn's
+    ``kmeans_plusplus``, D^2 sampling weighted by ``sample_weight``), which spreads them over
+    the data and approximates the kernel matrix better for the same number (for the RBF
+    kernel, 1 - k(x, l) grows with ||x - l||)."""
+    if spec.kind == "precomputed":
+        raise ValueError("kernel_approximation needs the features: it cannot be used with kernel='precomputed'.")
+    m = X.shape[0]
+    if n_components >= m:
+        idx = np.arange(m)
+    elif landmarks == "kmeans++":
+        from sklearn.cluster import kmeans_plusplus
+
+        _, idx = kmeans_plusplus(X, n_components, sample_weight=sample_weight,
+                                 random_state=np.random.RandomState(np.random.default_rng(seed).integers(2**31)))
+        idx = np.sort(idx)
+    else:
+        idx = np.sort(np.random.default_rng(seed).choice(m, size=n_components, replace=False))
+    vals, vecs = np.linalg.eigh(kernel_matrix(spec, X[idx]))
+    vals = np.maximum(vals, 1e-12 * max(float(vals.max(initial=0.0)), 1e-300))
+    return NystroemMap(landmarks=idx, normalization=(vecs / np.sqrt(vals)) @ vecs.T)
+
+
 # --------------------------------------------------------------------------------------
 # LRU kernel-row cache shared by the numba solvers (ODM/LDM kernel DCD, KM-OMD SMO, ...)
 # --------------------------------------------------------------------------------------

@@ -13,6 +13,9 @@ from .._base import BaseMarginClassifier, BinaryModel, get_logger
 from .._params import MULTICLASS_PARAMS, POSITIVE, VERBOSE
 from ..solvers.fmm import fmm
 
+#: Root-mean-square row norms FMM's constant-1 intercept feature serves (FeatureScaleWarning outside).
+_INTERCEPT_ROW_RANGE = (1e-2, 1e2)
+
 
 class FMM(BaseMarginClassifier):
     """Accelerated hard-margin maximisation (a baseline of the MSVMAv paper).
@@ -150,6 +153,13 @@ class FMM(BaseMarginClassifier):
         self.multi_class = multi_class
         self.n_jobs = n_jobs
         self.verbose = verbose
+
+    def _row_norm_range(self, X, spec):
+        """With an intercept the constant feature 1 competes with the features inside one norm:
+        rows far larger than 1 leave the intercept too small for T iterations to reach a boundary
+        away from the origin, rows far smaller make the constant dominate. Without an intercept
+        FMM is scale-invariant."""
+        return _INTERCEPT_ROW_RANGE if self.fit_intercept else super()._row_norm_range(X, spec)
 
     def _fit_binary(self, problem):
         X, y, sample_weight = problem.X, problem.y, problem.sample_weight

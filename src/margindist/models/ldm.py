@@ -12,7 +12,9 @@ from sklearn.utils.metaestimators import available_if
 
 from .._base import BaseMarginClassifier, BinaryModel, get_logger
 from .._params import (
+    KERNEL_APPROXIMATION,
     KERNEL_PARAMS,
+    LANDMARKS,
     MULTICLASS_PARAMS,
     NON_NEGATIVE,
     POSITIVE,
@@ -35,6 +37,10 @@ from ..solvers.ldm import (
 _DCD_MAX_FEATURES = 2000
 _DCD_MAX_BYTES = 2**30
 _DCD_MAX_SAMPLES = 50000
+
+#: Root-mean-square row norms the linear defaults serve (FeatureScaleWarning outside).
+_DCD_ROW_RANGE = (1e-1, 1e5)
+_ASGD_ROW_RANGE = (1e-1, 1e2)
 
 #: Epochs of averaged SGD when max_iter is None (the paper's T = 5).
 _ASGD_EPOCHS = 5
@@ -92,6 +98,19 @@ class LDM(BaseMarginClassifier):
         Degree of the ``"poly"`` kernel.
     coef0 : float, default=0.0
         Independent term of the ``"poly"`` and ``"sigmoid"`` kernels.
+    kernel_approximation : int, "auto" or None, default=None
+        None: the exact kernel model. An int: the method's linear solver on the Nyström
+        features of that many landmark rows, drawn uniformly from each sub-problem's rows
+        (``random_state``), i.e. the same objective with the kernel matrix replaced by its
+        Nyström approximation; the model is a kernel expansion over the landmarks (prediction
+        costs O(n_landmarks) kernel evaluations per row), and with every row a landmark it is
+        the exact model. ``"auto"``: exact while the sub-problem's m x m Gram matrix fits
+        1 GiB, else 1000 landmarks (logged at ``verbose >= 1``). Ignored for the linear
+        kernel; not available with ``kernel="precomputed"``.
+    landmarks : {"uniform", "kmeans++"}, default="uniform"
+        How ``kernel_approximation`` picks its landmark rows: uniformly at random, or by
+        k-means++ seeding in the input space (weighted by the sample weights), which covers
+        the data better for the same number of landmarks at an O(m k d) cost.
     solver : {"auto", "dcd", "asgd"}, default="auto"
         * ``"dcd"``, kernel: the dual (paper Eq. 12) with H = Y G A^{-1} Y formed in a stable
           way (one Cholesky factorisation of an m x m positive definite matrix; no
@@ -224,6 +243,8 @@ class LDM(BaseMarginClassifier):
         "lambda2": NON_NEGATIVE,
         "C": POSITIVE,
         **KERNEL_PARAMS,
+        "kernel_approximation": KERNEL_APPROXIMATION,
+        "landmarks": LANDMARKS,
         "solver": [StrOptions({"auto", "dcd", "asgd"})],
         "tol": POSITIVE,
         "max_iter": [Interval(Integral, 1, None, closed="left"), None],
@@ -235,7 +256,7 @@ class LDM(BaseMarginClassifier):
     }
 
     def __init__(self, lambda1=2**-5, lambda2=2**-5, C=1.0, kernel="linear", gamma="scale", degree=3,
-                 coef0=0.0, solver="auto", tol=1e-2, max_iter=None, fit_intercept=True,
+                 coef0=0.0, kernel_approximation=None, landmarks="uniform", solver="auto", tol=1e-2, max_iter=None, fit_intercept=True,
                  warm_start=False, class_weight=None, multi_class="ovo", n_jobs=None, random_state=None,
                  verbose=0):
         self.lambda1 = lambda1
@@ -245,6 +266,8 @@ class LDM(BaseMarginClassifier):
         self.gamma = gamma
         self.degree = degree
         self.coef0 = coef0
+        self.kernel_approximation = kernel_approximation
+        self.landmarks = landmarks
         self.solver = solver
         self.tol = tol
         self.max_iter = max_iter
@@ -279,6 +302,14 @@ class LDM(BaseMarginClassifier):
                 f"{d + 1} x {d + 1} factorisation ({need / 2**30:.0f} GiB); use solver='asgd' (or 'auto')."
             )
         return solver
+
+    def _row_norm_range(self, X, spec):
+        """C = 1 with a regularised bias underfits rows of norm below 0.1 (as the hinge SVM does),
+        and averaged SGD needs rows of norm at most about 100 for its intercept (a regularised
+        constant feature 1) to follow the features within its epochs."""
+        if spec is not None and not spec.is_linear:
+            return super()._row_norm_range(X, spec)
+        return _ASGD_ROW_RANGE if self._resolve_solver(X, spec) == "asgd" else _DCD_ROW_RANGE
 
     def _bias(self):
         return 1.0 if self.fit_intercept else 0.0

@@ -8,7 +8,15 @@ import scipy.sparse as sp
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._base import BaseMarginClassifier, BinaryModel, get_logger
-from .._params import CACHE_SIZE, KERNEL_PARAMS, MULTICLASS_PARAMS, POSITIVE, VERBOSE
+from .._params import (
+    CACHE_SIZE,
+    KERNEL_APPROXIMATION,
+    KERNEL_PARAMS,
+    LANDMARKS,
+    MULTICLASS_PARAMS,
+    POSITIVE,
+    VERBOSE,
+)
 from ..kernels import kernel_matrix
 from ..solvers.lssvm import lssvm_kernel, lssvm_linear
 
@@ -47,6 +55,19 @@ class LSSVM(BaseMarginClassifier):
         Degree of the ``"poly"`` kernel.
     coef0 : float, default=0.0
         Independent term of the ``"poly"`` and ``"sigmoid"`` kernels.
+    kernel_approximation : int, "auto" or None, default=None
+        None: the exact kernel model. An int: the method's linear solver on the Nyström
+        features of that many landmark rows, drawn uniformly from each sub-problem's rows
+        (``random_state``), i.e. the same objective with the kernel matrix replaced by its
+        Nyström approximation; the model is a kernel expansion over the landmarks (prediction
+        costs O(n_landmarks) kernel evaluations per row), and with every row a landmark it is
+        the exact model. ``"auto"``: exact while the sub-problem's m x m Gram matrix fits
+        ``cache_size``, else 1000 landmarks (logged at ``verbose >= 1``). Ignored for the linear
+        kernel; not available with ``kernel="precomputed"``.
+    landmarks : {"uniform", "kmeans++"}, default="uniform"
+        How ``kernel_approximation`` picks its landmark rows: uniformly at random, or by
+        k-means++ seeding in the input space (weighted by the sample weights), which covers
+        the data better for the same number of landmarks at an O(m k d) cost.
     solver : {"auto", "cholesky", "cg"}, default="auto"
         "auto": Cholesky for up to 2000 features (linear) / 5000 samples (kernel), else CG.
     tol : float, default=1e-10
@@ -124,6 +145,8 @@ class LSSVM(BaseMarginClassifier):
     _parameter_constraints = {
         "C": POSITIVE,
         **KERNEL_PARAMS,
+        "kernel_approximation": KERNEL_APPROXIMATION,
+        "landmarks": LANDMARKS,
         "solver": [StrOptions({"auto", "cholesky", "cg"})],
         "tol": [Interval(Real, 0, None, closed="neither")],
         "max_iter": [Interval(Integral, 1, None, closed="left"), None],
@@ -132,7 +155,7 @@ class LSSVM(BaseMarginClassifier):
         "verbose": VERBOSE,
     }
 
-    def __init__(self, C=1.0, kernel="linear", gamma="scale", degree=3, coef0=0.0, solver="auto",
+    def __init__(self, C=1.0, kernel="linear", gamma="scale", degree=3, coef0=0.0, kernel_approximation=None, landmarks="uniform", solver="auto",
                  tol=1e-10, max_iter=None, cache_size=200, class_weight=None, multi_class="ovo",
                  n_jobs=None, verbose=0):
         self.C = C
@@ -140,6 +163,8 @@ class LSSVM(BaseMarginClassifier):
         self.gamma = gamma
         self.degree = degree
         self.coef0 = coef0
+        self.kernel_approximation = kernel_approximation
+        self.landmarks = landmarks
         self.solver = solver
         self.tol = tol
         self.max_iter = max_iter

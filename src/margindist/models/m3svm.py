@@ -7,6 +7,7 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.metaestimators import available_if
@@ -15,6 +16,18 @@ from sklearn.utils.validation import check_is_fitted
 from .._base import BaseMarginClassifier, get_logger
 from .._params import CLASS_WEIGHT, NON_NEGATIVE, POSITIVE, RANDOM_STATE, VERBOSE
 from ..solvers.m3svm import m3svm_adam, m3svm_lbfgs, softmax_proba
+from ..solvers.m3svm_newton import (
+    m3svm_lbfgs_scores,
+    m3svm_newton_binary,
+    m3svm_newton_multiclass,
+)
+
+#: ``solver="auto"`` runs "lbfgs-scores" on CSR input from this many weights (n_classes *
+#: n_features) on, where L-BFGS-B's own work per step outweighs the products with X (measured on
+#: cornell, d = 4134). Dense multi-class input keeps "lbfgs", the solver of the reproduction
+#: presets: on ill-conditioned problems two solvers stopped by the same gradient tolerance can
+#: still differ in a few predictions.
+_LBFGS_SCORES_MIN_SIZE = 10000
 
 
 def _torch_available() -> bool:
@@ -45,10 +58,13 @@ class M3SVM(BaseMarginClassifier):
     p = 2 is Weston–Watkins-style l2 regularisation (paper Theorem 5: on W^T 1 = 0 the
     regulariser is K ||W||_F^2). Prediction: argmax_k w_k^T x + b_k.
 
-    The objective is smooth and, for p > 1, strictly convex, so the default solver is L-BFGS with
-    the analytic gradient (scipy's L-BFGS-B); the paper used 500 full-batch Adam epochs, which stop
-    far from the optimum (``solver="adam"`` reproduces that procedure and is also the GPU and
-    mini-batch path). Per iteration: two products with X (O(nnz(X) K), CSR X is never densified),
+    The objective is smooth and, for p > 1, strictly convex, so it is minimised to its optimum
+    by second-order or quasi-Newton methods (``solver="auto"`` picks the fastest measured one);
+    the paper used 500 full-batch Adam epochs, which stop far from the optimum
+    (``solver="adam"`` reproduces that procedure and is also the GPU and mini-batch path).
+    With two classes the problem reduces exactly to one weight difference u = w_1 - w_0 and one
+    bias difference (the eps ridge puts W = [-u/2, u/2]), which Newton's method solves in
+    d + 1 variables. Per iteration: products with X (O(nnz(X) K), CSR X is never densified),
     O(n K) memory for the scores, and the regulariser in Gram form, O(K^2 d) time and
     O(K^2 + K d) memory.
 
@@ -84,13 +100,26 @@ class M3SVM(BaseMarginClassifier):
         b^T 1 = 0: data term and regulariser only see class differences). The paper fixes 1e-6.
     loss : {"smooth_hinge", "softmax"}, default="smooth_hinge"
         "smooth_hinge": M3SVM; "softmax": ISM3 (cross-entropy on the class scores).
-    solver : {"lbfgs", "adam"}, default="lbfgs"
-        "lbfgs": scipy's L-BFGS-B on the analytic gradient (NumPy, CPU). "adam": Adam on the same
-        objective and gradient; through PyTorch when it is installed (on ``device``), in NumPy
-        otherwise. ``solver="adam", lr_schedule="constant", max_iter=500`` is the paper's
+    solver : {"auto", "newton", "lbfgs", "lbfgs-scores", "adam"}, default="auto"
+        "newton": line-search Newton. Two classes: on the reduced problem in (u, c), the
+        Newton systems solved directly (dense X with at most 1000 features) or by
+        preconditioned conjugate gradients on fused Hessian-vector products X^T D X v (CSR or
+        wide X), as LIBLINEAR's trust-region Newton does; more classes: Newton-CG on (W, b)
+        with the per-sample K x K loss Hessians. Needs p >= 2. "lbfgs": scipy's L-BFGS-B on
+        the analytic gradient. "lbfgs-scores": L-BFGS (memory 10) whose line search moves the
+        class scores along X D^T instead of recomputing them (two products with X per step,
+        little overhead per step). "auto": "newton" for two classes and p >= 2 (0.23x
+        LinearSVC's time on dense 120k x 100, 0.78x on sparse 200k x 50k), else
+        "lbfgs-scores" for CSR X with n_classes * n_features >= 10000 (2.6x faster than
+        "lbfgs" on cornell's 4134 raw word features), else "lbfgs" (dense or small
+        multi-class problems: the solvers are within a factor of 1.5 of each other there, and
+        the reproduction presets keep their solver). All stop on the same gradient tolerance.
+        "adam": Adam on the
+        same objective and gradient; through PyTorch when it is installed (on ``device``), in
+        NumPy otherwise. ``solver="adam", lr_schedule="constant", max_iter=500`` is the paper's
         procedure.
     max_iter : int, default=1000
-        L-BFGS iterations or Adam epochs.
+        Newton or L-BFGS iterations, or Adam epochs.
     tol : float, default=1e-6
         Stop when the largest gradient entry of the objective divided by sum_i s_i (the weighted
         mean loss plus the scaled regulariser) falls below tol.
@@ -106,7 +135,7 @@ class M3SVM(BaseMarginClassifier):
     device : {"auto", "cpu", "cuda"}, default="auto"
         Adam through PyTorch: "auto" is the CUDA device when torch sees one, else the CPU;
         "cuda" without a CUDA device runs on the CPU with a warning. Without PyTorch, Adam runs in
-        NumPy ("cuda" then raises). Ignored by L-BFGS. Fitted state is always NumPy.
+        NumPy ("cuda" then raises). Ignored by the other solvers. Fitted state is always NumPy.
     fit_intercept : bool, default=True
         Fit the biases b (ridge-penalised by eps only); False fixes b = 0.
     class_weight : dict or "balanced", default=None
@@ -129,7 +158,7 @@ class M3SVM(BaseMarginClassifier):
     intercept_ : ndarray of shape (n_classes,)
         The class biases b_k.
     n_iter_ : int
-        L-BFGS iterations or Adam epochs.
+        Newton or L-BFGS iterations, or Adam epochs.
     objective_ : float
         The final value of the objective of Eq. 25 (with the sample weights).
     problems_ : list of tuple
@@ -149,8 +178,8 @@ class M3SVM(BaseMarginClassifier):
 
     Notes
     -----
-    Deviations from the paper, as decided in the project's spec: L-BFGS replaces Adam as the
-    default solver (same objective; reaches the optimum in a fraction of the time); the
+    Deviations from the paper, as decided in the project's spec: Newton and L-BFGS replace Adam
+    as the default solvers (same objective; they reach the optimum in a fraction of the time); the
     regulariser is computed in Gram form instead of the authors' (K, K, d) tensor; the biases
     carry the eps ridge of Eq. 25. The authors' code standardises before splitting (test-set
     leakage); standardise inside a pipeline instead.
@@ -181,7 +210,7 @@ class M3SVM(BaseMarginClassifier):
         "delta": POSITIVE,
         "eps": NON_NEGATIVE,
         "loss": [StrOptions({"smooth_hinge", "softmax"})],
-        "solver": [StrOptions({"lbfgs", "adam"})],
+        "solver": [StrOptions({"auto", "newton", "lbfgs", "lbfgs-scores", "adam"})],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "learning_rate": POSITIVE,
@@ -195,7 +224,7 @@ class M3SVM(BaseMarginClassifier):
         "warm_start": ["boolean"],
     }
 
-    def __init__(self, lam=1e-4, p=4, delta=0.1, eps=1e-6, loss="smooth_hinge", solver="lbfgs",
+    def __init__(self, lam=1e-4, p=4, delta=0.1, eps=1e-6, loss="smooth_hinge", solver="auto",
                  max_iter=1000, tol=1e-6, learning_rate=0.01, lr_schedule="adaptive", batch_size=None,
                  device="auto", fit_intercept=True, class_weight=None, random_state=None, verbose=0,
                  warm_start=False):
@@ -228,6 +257,17 @@ class M3SVM(BaseMarginClassifier):
         b = self.intercept_ if self.fit_intercept else None
         return np.asarray(self.coef_, dtype=np.float64), b
 
+    def _resolve_solver(self, X, n_classes):
+        """The solver ``solver="auto"`` stands for (see the ``solver`` parameter)."""
+        if self.solver == "newton" and self.p < 2:
+            raise ValueError(f"solver='newton' needs p >= 2 (got p={self.p}); use solver='lbfgs'.")
+        if self.solver != "auto":
+            return self.solver
+        if self.p >= 2 and n_classes == 2:
+            return "newton"
+        big = n_classes * X.shape[1] >= _LBFGS_SCORES_MIN_SIZE
+        return "lbfgs-scores" if big and sp.issparse(X) else "lbfgs"
+
     def _fit_multiclass(self, X, y_index, sample_weight, kernel):
         log = get_logger(self.verbose)
         K, d = self.classes_.size, X.shape[1]
@@ -235,29 +275,27 @@ class M3SVM(BaseMarginClassifier):
         kw = dict(lam=float(self.lam), p=float(self.p), delta=float(self.delta), eps=float(self.eps),
                   loss=self.loss, fit_intercept=self.fit_intercept, max_iter=self.max_iter,
                   tol=float(self.tol), coef_init=coef0, intercept_init=b0, log=log)
-        if self.solver == "lbfgs":
-            W, b, n_iter, obj, converged = m3svm_lbfgs(X, y_index, sample_weight, K, **kw)
+        solver = self._resolve_solver(X, K)
+        if solver == "newton":
+            if K == 2:
+                res = m3svm_newton_binary(X, y_index, sample_weight, **kw)
+            else:
+                res = m3svm_newton_multiclass(X, y_index, sample_weight, K, **kw)
+            W, b, n_iter, obj, converged = res
+            remedy = "Increase max_iter, or standardise the features."
+        elif solver in ("lbfgs", "lbfgs-scores"):
+            fit = m3svm_lbfgs if solver == "lbfgs" else m3svm_lbfgs_scores
+            W, b, n_iter, obj, converged = fit(X, y_index, sample_weight, K, **kw)
             remedy = "Increase max_iter, or standardise the features."
         else:
-            kw.update(learning_rate=float(self.learning_rate), lr_schedule=self.lr_schedule,
-                      batch_size=self.batch_size, random_state=self.random_state)
-            if _torch_available():
-                from ..torch import m3svm_adam_torch
-
-                W, b, n_iter, obj, converged = m3svm_adam_torch(
-                    X, y_index, sample_weight, K, device=self.device, **kw)
-            else:
-                if self.device == "cuda":
-                    raise ValueError("device='cuda' needs PyTorch (pip install margindist[torch]); "
-                                     "use device='auto' or 'cpu' for the NumPy Adam.")
-                W, b, n_iter, obj, converged = m3svm_adam(X, y_index, sample_weight, K, **kw)
+            W, b, n_iter, obj, converged = self._fit_adam(X, y_index, sample_weight, K, kw)
             remedy = ("Adam with a constant step does not settle at the optimum; use "
                       "lr_schedule='adaptive' or solver='lbfgs', or increase max_iter."
                       if self.lr_schedule == "constant"
                       else "Increase max_iter (or learning_rate), or use solver='lbfgs'.")
         if not converged:
             warnings.warn(
-                f"M3SVM ({self.solver}) did not converge to tol={self.tol} in max_iter="
+                f"M3SVM ({solver}) did not converge to tol={self.tol} in max_iter="
                 f"{self.max_iter} iterations. {remedy}",
                 ConvergenceWarning,
                 stacklevel=3,
@@ -265,6 +303,19 @@ class M3SVM(BaseMarginClassifier):
         self.objective_ = float(obj)
         coef = W.astype(np.float32) if X.dtype == np.float32 else W
         return coef, b, n_iter, {}
+
+    def _fit_adam(self, X, y_index, sample_weight, K, kw):
+        """Adam through PyTorch when it is installed, in NumPy otherwise."""
+        kw = {**kw, "learning_rate": float(self.learning_rate), "lr_schedule": self.lr_schedule,
+              "batch_size": self.batch_size, "random_state": self.random_state}
+        if _torch_available():
+            from ..torch import m3svm_adam_torch
+
+            return m3svm_adam_torch(X, y_index, sample_weight, K, device=self.device, **kw)
+        if self.device == "cuda":
+            raise ValueError("device='cuda' needs PyTorch (pip install margindist[torch]); "
+                             "use device='auto' or 'cpu' for the NumPy Adam.")
+        return m3svm_adam(X, y_index, sample_weight, K, **kw)
 
     @available_if(_is_softmax)
     def predict_proba(self, X):

@@ -7,13 +7,14 @@ from numbers import Integral, Real
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._base import BaseMarginClassifier, BinaryModel, get_logger
 from .._defaults import msvmav_alpha_beta
 from .._params import (
+    KERNEL_APPROXIMATION,
     KERNEL_PARAMS,
+    LANDMARKS,
     MULTICLASS_PARAMS,
     NON_NEGATIVE,
     POSITIVE,
@@ -24,7 +25,6 @@ from .._params import (
 from ..solvers.msvmav import (
     CHANGE_WINDOW,
     FactorCache,
-    blas_single_thread,
     msvmav_kernel,
     msvmav_linear,
 )
@@ -188,12 +188,20 @@ class MSVMAv(BaseMarginClassifier):
         beta (a - a')^T (I + K) (a - a') as printed; "rkhs" is beta (a - a')^T K (a - a'), the
         exact kernelisation of the linear step (the I term of the paper adds a ridge on the
         coefficients, so with "paper" a linear kernel gives a slightly different model).
-    kernel_approximation : int, default=None
-        Number of Nyström components (scikit-learn's ``Nystroem`` with the resolved kernel,
-        landmarks drawn with ``random_state``); the features go into the linear solver, and
-        the model is stored as a kernel expansion over the landmarks. For large m, where the
-        exact kernel path's O(m^3) factorisation is too slow. Named kernels only.
-        Landmarks are drawn uniformly, ignoring sample weights.
+    kernel_approximation : int, "auto" or None, default=None
+        None: the exact kernel model. An int: the linear solver on the Nyström features of
+        that many landmark rows, drawn uniformly from each sub-problem's rows
+        (``random_state``), i.e. the same objective with the kernel matrix replaced by its
+        Nyström approximation; the model is a kernel expansion over the landmarks, and with
+        every row a landmark it is the exact model (``kernel_prox="rkhs"``; the paper's
+        proximal metric I + K has no feature-space form). For large m, where the exact kernel
+        path's O(m^3) factorisation is too slow. ``"auto"``: exact while the sub-problem's
+        m x m Gram matrix fits ``cache_size``, else 1000 landmarks. Ignored for the linear
+        kernel; not available with ``kernel="precomputed"``.
+    landmarks : {"uniform", "kmeans++"}, default="uniform"
+        How ``kernel_approximation`` picks its landmark rows: uniformly at random, or by
+        k-means++ seeding in the input space (weighted by the sample weights), which covers
+        the data better for the same number of landmarks at an O(m k d) cost.
     cache_size : float, default=500
         MiB for the cache of the kernel path's factorisations (the inverse of diag(1/s) + K with
         K, or an eigendecomposition; least recently used first out) that one ``fit`` holds:
@@ -329,7 +337,8 @@ class MSVMAv(BaseMarginClassifier):
         "return_best": ["boolean"],
         "dual": [StrOptions({"auto"}), "boolean"],
         "kernel_prox": [StrOptions({"paper", "rkhs"})],
-        "kernel_approximation": [Interval(Integral, 1, None, closed="left"), None],
+        "kernel_approximation": KERNEL_APPROXIMATION,
+        "landmarks": LANDMARKS,
         "cache_size": [Interval(Real, 0, None, closed="left")],
         "factor_cache": [FactorCache, None],
         **MULTICLASS_PARAMS,
@@ -339,7 +348,7 @@ class MSVMAv(BaseMarginClassifier):
 
     def __init__(self, alpha="scale", beta="scale", kernel="linear", gamma="scale", degree=3, coef0=0.0,
                  max_iter=1000, tol=1e-6, fit_intercept=True, update="auto", refresh_every=None,
-                 return_best=True, dual="auto", kernel_prox="paper", kernel_approximation=None,
+                 return_best=True, dual="auto", kernel_prox="paper", kernel_approximation=None, landmarks="uniform",
                  cache_size=500, factor_cache=None, class_weight=None, multi_class="ovo", n_jobs=None,
                  random_state=None,
                  verbose=0):
@@ -358,6 +367,7 @@ class MSVMAv(BaseMarginClassifier):
         self.dual = dual
         self.kernel_prox = kernel_prox
         self.kernel_approximation = kernel_approximation
+        self.landmarks = landmarks
         self.cache_size = cache_size
         self.factor_cache = factor_cache
         self.class_weight = class_weight
@@ -368,10 +378,6 @@ class MSVMAv(BaseMarginClassifier):
 
     # ------------------------------------------------------------------ fit
     def _prepare(self, X, y_index, sample_weight, kernel):
-        # one landmark seed per fit, so one-vs-rest sub-problems share their Nyström landmarks
-        self._landmark_seed = None
-        if self.kernel_approximation is not None:
-            self._landmark_seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
         self._fit_cache = None  # the per-fit factorisation cache, made on first use
 
     def _release(self):
@@ -396,8 +402,6 @@ class MSVMAv(BaseMarginClassifier):
         X, y, sample_weight, kernel = problem.X, problem.y, problem.sample_weight, problem.kernel
         log = get_logger(self.verbose)
         kw = self._solver_kwargs()
-        if self.kernel_approximation is not None:
-            return self._fit_nystroem(X, y, sample_weight, kernel, kw)
         use_kernel = self.dual is True or (self.dual == "auto" and not kernel.is_linear)
         if not use_kernel:
             if not kernel.is_linear:
@@ -414,26 +418,6 @@ class MSVMAv(BaseMarginClassifier):
                             fit_intercept=self.fit_intercept, kernel_prox=self.kernel_prox,
                             cache=self._factor_cache(), **kw)
         return self._model(res, dual_coef=res.w, intercept=res.b, norm_sq=res.norm_sq)
-
-    def _fit_nystroem(self, X, y, sample_weight, kernel, kw):
-        from sklearn.kernel_approximation import Nystroem
-
-        if kernel.kind in ("precomputed", "callable"):
-            raise ValueError(
-                "kernel_approximation needs a named kernel ('rbf', 'poly', 'sigmoid', 'linear'); "
-                f"got {kernel.kind!r}. Use the exact kernel path (kernel_approximation=None)."
-            )
-        n_comp = min(int(self.kernel_approximation), X.shape[0])
-        ny = Nystroem(kernel=kernel.kind, gamma=kernel.gamma, degree=kernel.degree, coef0=kernel.coef0,
-                      n_components=n_comp, random_state=self._landmark_seed)
-        with blas_single_thread(n_comp):
-            Z = ny.fit_transform(X)
-        alpha, beta = msvmav_alpha_beta(self.alpha, self.beta, Z, y, sample_weight, self.fit_intercept)
-        res = msvmav_linear(Z, y, sample_weight, alpha, beta, fit_intercept=self.fit_intercept, **kw)
-        # f(x) = <w, N k(landmarks, x)> + b: a kernel expansion over the landmark rows
-        a = np.zeros(X.shape[0])
-        np.add.at(a, ny.component_indices_, ny.normalization_.T @ res.w)
-        return self._model(res, dual_coef=a, intercept=res.b)
 
     def _model(self, res, **kw):
         """The sub-problem's BinaryModel from the solver's result; the solver reports how the

@@ -12,7 +12,9 @@ from .._base import BaseMarginClassifier, BinaryModel, get_logger
 from .._defaults import odm_lam
 from .._params import (
     CACHE_SIZE,
+    KERNEL_APPROXIMATION,
     KERNEL_PARAMS,
+    LANDMARKS,
     MULTICLASS_PARAMS,
     POSITIVE,
     RANDOM_STATE,
@@ -80,6 +82,19 @@ class ODM(BaseMarginClassifier):
         Degree of the ``"poly"`` kernel.
     coef0 : float, default=0.0
         Independent term of the ``"poly"`` and ``"sigmoid"`` kernels.
+    kernel_approximation : int, "auto" or None, default=None
+        None: the exact kernel model. An int: the method's linear solver on the Nyström
+        features of that many landmark rows, drawn uniformly from each sub-problem's rows
+        (``random_state``), i.e. the same objective with the kernel matrix replaced by its
+        Nyström approximation; the model is a kernel expansion over the landmarks (prediction
+        costs O(n_landmarks) kernel evaluations per row), and with every row a landmark it is
+        the exact model. ``"auto"``: exact while the sub-problem's m x m Gram matrix fits
+        ``cache_size``, else 1000 landmarks (logged at ``verbose >= 1``). Ignored for the linear
+        kernel; not available with ``kernel="precomputed"``.
+    landmarks : {"uniform", "kmeans++"}, default="uniform"
+        How ``kernel_approximation`` picks its landmark rows: uniformly at random, or by
+        k-means++ seeding in the input space (weighted by the sample weights), which covers
+        the data better for the same number of landmarks at an O(m k d) cost.
     solver : {"auto", "dcd", "newton", "svrg"}, default="auto"
         * ``"dcd"``: dual coordinate descent (linear: O(nnz(x_i)) per step, w maintained;
           kernel: kernel columns on demand from an LRU cache of ``cache_size`` MiB). Stops
@@ -208,6 +223,8 @@ class ODM(BaseMarginClassifier):
         "mu": [Interval(Real, 0, 1, closed="both")],
         "theta": [Interval(Real, 0, 1, closed="left")],
         **KERNEL_PARAMS,
+        "kernel_approximation": KERNEL_APPROXIMATION,
+        "landmarks": LANDMARKS,
         "solver": [StrOptions({"auto", "dcd", "newton", "svrg"})],
         "tol": POSITIVE,
         "max_iter": [Interval(Integral, 1, None, closed="left")],
@@ -219,7 +236,7 @@ class ODM(BaseMarginClassifier):
         "verbose": VERBOSE,
     }
 
-    def __init__(self, lam="auto", mu=0.8, theta=0.2, kernel="linear", gamma="scale", degree=3, coef0=0.0,
+    def __init__(self, lam="auto", mu=0.8, theta=0.2, kernel="linear", gamma="scale", degree=3, coef0=0.0, kernel_approximation=None, landmarks="uniform",
                  solver="auto", tol=1e-3, max_iter=1000, fit_intercept=True, cache_size=200,
                  warm_start=False, class_weight=None, multi_class="ovo", n_jobs=None, random_state=None,
                  verbose=0):
@@ -230,6 +247,8 @@ class ODM(BaseMarginClassifier):
         self.gamma = gamma
         self.degree = degree
         self.coef0 = coef0
+        self.kernel_approximation = kernel_approximation
+        self.landmarks = landmarks
         self.solver = solver
         self.tol = tol
         self.max_iter = max_iter

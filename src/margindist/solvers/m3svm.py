@@ -62,13 +62,13 @@ _BLOCK_FLOATS = 1 << 20
 
 
 # ---------------------------------------------------------------------------- regulariser
-def pairwise_penalty(W, p, *, return_grad=True):
-    """R(W) = sum_{k<l} ||w_k - w_l||_2^p and its gradient (rows of W are the class vectors).
+def pair_sq_distances(W):
+    """D2_kl = ||w_k - w_l||^2 of the rows of W (float64) in Gram form, with the pairs whose
+    distance is lost to cancellation recomputed from explicit differences (module docstring).
 
-    Gram form with exact recomputation of near-coincident pairs (see the module docstring).
-    Returns (R, grad) with grad of W's shape, or R alone with ``return_grad=False``.
+    Returns (D2, ni, nj): the (K, K) matrix and the indices (k < l) of the recomputed pairs
+    (None when there are none).
     """
-    W = np.asarray(W, dtype=np.float64)
     sq = np.einsum("ij,ij->i", W, W)
     scale = sq[:, None] + sq[None, :]
     D2 = scale - 2.0 * (W @ W.T)
@@ -88,6 +88,17 @@ def pairwise_penalty(W, p, *, return_grad=True):
             d2 = np.einsum("ij,ij->i", blk, blk)
             D2[a, b] = d2
             D2[b, a] = d2
+    return D2, ni, nj
+
+
+def pairwise_penalty(W, p, *, return_grad=True):
+    """R(W) = sum_{k<l} ||w_k - w_l||_2^p and its gradient (rows of W are the class vectors).
+
+    Gram form with exact recomputation of near-coincident pairs (see the module docstring).
+    Returns (R, grad) with grad of W's shape, or R alone with ``return_grad=False``.
+    """
+    W = np.asarray(W, dtype=np.float64)
+    D2, ni, nj = pair_sq_distances(W)
     R = 0.5 * float(np.power(D2, 0.5 * p).sum())
     if not return_grad:
         return R

@@ -1,0 +1,162 @@
+"""``kernel_approximation``: the Nyström path of every kernel estimator.
+
+Checked against the exact kernel path (every row a landmark gives the exact model, to the
+solver's tolerance), against an independent Nyström computation (scikit-learn's ``Nystroem`` on
+the same landmarks), dense = CSR, float32 input, the landmark budget of the fitted expansion,
+``"auto"`` and bad values.
+"""
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.datasets import make_classification
+from sklearn.kernel_approximation import Nystroem
+from sklearn.preprocessing import MinMaxScaler
+
+import margindist as md
+from margindist.kernels import nystroem_map, resolve_kernel
+
+#: Kernel estimators with ``kernel_approximation`` and settings where their exact path is tight.
+ESTIMATORS = {
+    "ODM": lambda **kw: md.ODM(kernel="rbf", tol=1e-8, random_state=0, **kw),
+    "LDM": lambda **kw: md.LDM(kernel="rbf", tol=1e-8, random_state=0, **kw),
+    "LSSVM": lambda **kw: md.LSSVM(kernel="rbf", **kw),
+    "MSVMAv": lambda **kw: md.MSVMAv(kernel="rbf", kernel_prox="rkhs", alpha=2.0, beta=0.5, tol=0.0, max_iter=40,
+                                     random_state=0, **kw),
+}
+
+
+def _data(n=80, d=5, seed=0, n_classes=2):
+    X, y = make_classification(n_samples=n, n_features=d, n_informative=3, n_redundant=0,
+                               n_classes=n_classes, n_clusters_per_class=1, random_state=seed)
+    return MinMaxScaler().fit_transform(X), y
+
+
+def _fit(est, X, y):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return est.fit(X, y)
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+def test_every_row_a_landmark_is_the_exact_model(name):
+    X, y = _data()
+    exact = _fit(ESTIMATORS[name](), X, y)
+    approx = _fit(ESTIMATORS[name](kernel_approximation=X.shape[0]), X, y)
+    f, g = exact.decision_function(X), approx.decision_function(X)
+    np.testing.assert_allclose(g, f, atol=1e-5 * np.abs(f).max())
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+def test_the_model_is_an_expansion_over_the_landmarks(name):
+    X, y = _data(n=120)
+    est = _fit(ESTIMATORS[name](kernel_approximation=25), X, y)
+    assert est.support_vectors_.shape[0] <= 25
+    # the stored expansion predicts on new rows; a pickled copy predicts the same
+    Xn = _data(n=30, seed=1)[0]
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(est)).decision_function(Xn), est.decision_function(Xn))
+    assert est.score(X, y) > 0.8
+
+
+def test_map_matches_scikit_learn_nystroem_on_the_same_landmarks():
+    X, _ = _data(n=60)
+    spec = resolve_kernel("rbf", X, gamma=0.7)
+    nmap = nystroem_map(spec, X, 20, seed=3)
+    ref = Nystroem(kernel="rbf", gamma=0.7, n_components=20).fit(X[nmap.landmarks])  # every row a component
+    Z, Zr = nmap.transform(spec, X, X), ref.transform(X)
+    # feature maps agree up to a rotation: compare the approximate kernels they induce
+    np.testing.assert_allclose(Z @ Z.T, Zr @ Zr.T, atol=1e-8)
+    # all rows as landmarks: the Gram matrix itself
+    full = nystroem_map(spec, X, 10**6, seed=0)
+    Zf = full.transform(spec, X, X)
+    np.testing.assert_allclose(Zf @ Zf.T, np.exp(-0.7 * ((X[:, None] - X[None]) ** 2).sum(-1)), atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["ODM", "LSSVM"])
+def test_dense_equals_csr_and_float32(name):
+    X, y = _data(n=90)
+    X[X < 0.3] = 0.0
+    a = _fit(ESTIMATORS[name](kernel_approximation=30), X, y)
+    b = _fit(ESTIMATORS[name](kernel_approximation=30), sp.csr_matrix(X), y)
+    c = _fit(ESTIMATORS[name](kernel_approximation=30), X.astype(np.float32), y)
+    f = a.decision_function(X)
+    np.testing.assert_allclose(b.decision_function(sp.csr_matrix(X)), f, atol=1e-7 * np.abs(f).max())
+    np.testing.assert_allclose(c.decision_function(X.astype(np.float32)), f, atol=1e-3 * np.abs(f).max())
+
+
+def test_multiclass_sub_problems_each_draw_their_landmarks():
+    X, y = _data(n=150, n_classes=3)
+    est = _fit(md.ODM(kernel="rbf", kernel_approximation=20, random_state=0), X, y)
+    assert est.decision_function(X).shape == (150, 3)
+    assert est.support_vectors_.shape[0] <= 3 * 20
+    again = _fit(md.ODM(kernel="rbf", kernel_approximation=20, random_state=0), X, y)
+    np.testing.assert_array_equal(again.decision_function(X), est.decision_function(X))
+
+
+def test_auto_is_exact_within_the_cache_and_approximate_beyond(caplog):
+    X, y = _data(n=60)
+    exact = _fit(md.LSSVM(kernel="rbf"), X, y)
+    within = _fit(md.LSSVM(kernel="rbf", kernel_approximation="auto"), X, y)
+    np.testing.assert_array_equal(within.decision_function(X), exact.decision_function(X))
+    # a Gram budget below 60 x 60 floats: Nyström with min(1000, m) landmarks, said in the log
+    with caplog.at_level("INFO", logger="margindist"):
+        beyond = _fit(md.LSSVM(kernel="rbf", kernel_approximation="auto", cache_size=0.01, verbose=1), X, y)
+    assert "Nyström approximation with 60 landmarks" in caplog.text
+    np.testing.assert_allclose(beyond.decision_function(X), exact.decision_function(X), atol=1e-6)
+
+
+def test_linear_kernel_ignores_the_approximation():
+    X, y = _data()
+    a = _fit(md.ODM(random_state=0), X, y)
+    b = _fit(md.ODM(kernel_approximation=5, random_state=0), X, y)
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+@pytest.mark.parametrize("bad", [0, -3, 2.5, "many"])
+def test_bad_values_raise_naming_the_parameter(name, bad):
+    X, y = _data(n=30)
+    with pytest.raises(ValueError, match="kernel_approximation"):
+        ESTIMATORS[name](kernel_approximation=bad).fit(X, y)
+
+
+def test_precomputed_kernel_raises():
+    X, y = _data(n=30)
+    K = X @ X.T
+    with pytest.raises(ValueError, match="kernel_approximation.*precomputed|precomputed.*kernel_approximation"):
+        md.ODM(kernel="precomputed", kernel_approximation=10).fit(K, y)
+
+
+def test_kmeanspp_landmarks_approximate_the_kernel_better_than_uniform():
+    # 20 tight clusters and 20 landmarks: uniform draws miss about a third of the clusters,
+    # k-means++ seeding (D^2 sampling) lands in nearly every one
+    rng = np.random.default_rng(0)
+    centres = rng.normal(scale=4.0, size=(20, 3))
+    X = np.vstack([c + 0.1 * rng.normal(size=(15, 3)) for c in centres])
+    spec = resolve_kernel("rbf", X, gamma=1.0)
+    K = np.exp(-((X[:, None] - X[None]) ** 2).sum(-1))
+
+    def error(kind, seed):
+        nmap = nystroem_map(spec, X, 20, seed, landmarks=kind)
+        Z = nmap.transform(spec, X, X)
+        return np.linalg.norm(K - Z @ Z.T)
+
+    uniform = np.mean([error("uniform", s) for s in range(10)])
+    kmeans = np.mean([error("kmeans++", s) for s in range(10)])
+    assert kmeans < 0.7 * uniform
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+def test_kmeanspp_landmarks_fit_and_bad_value(name):
+    X, y = _data(n=100)
+    est = _fit(ESTIMATORS[name](kernel_approximation=20, landmarks="kmeans++"), X, y)
+    assert est.support_vectors_.shape[0] <= 20 and est.score(X, y) > 0.8
+    full = _fit(ESTIMATORS[name](kernel_approximation=100, landmarks="kmeans++"), X, y)
+    exact = _fit(ESTIMATORS[name](), X, y)
+    f = exact.decision_function(X)
+    np.testing.assert_allclose(full.decision_function(X), f, atol=1e-5 * np.abs(f).max())
+    with pytest.raises(ValueError, match="landmarks"):
+        ESTIMATORS[name](kernel_approximation=20, landmarks="leverage").fit(X, y)
