@@ -222,7 +222,7 @@ def _probe_lines(rows):
              "n_iter_: Newton iterations (plus GD's step before the rescaling), GD iterations, SGD passes.", "",
              "| c | solver | test acc | n_iter_ | scale_ | CPU s |", "|---|---|---|---|---|---|"]
     for c, solver, acc, it, sc, t in rows:
-        extra = "| | |" if it is None else f"| {it} | {sc:.4g} | {t:.3f} |"
+        extra = "| | | |" if it is None else f"| {it} | {sc:.4g} | {t:.3f} |"
         lines.append(f"| {c} | {solver} | {acc:.4f} {extra}")
     return lines + [""]
 
@@ -262,7 +262,7 @@ def write(sections, argv):
     lines = [
         "# MarginPursuit benchmarks",
         "",
-        f"Produced by `python benchmarks/bench_margin_pursuit.py {' '.join(argv)}`.",
+        f"Produced by `{' '.join(['python benchmarks/bench_margin_pursuit.py', *argv])}`.",
         "",
         (f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} logical cores shared "
          f"with other jobs (load average at the end {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}); "
