@@ -354,6 +354,17 @@ def test_newton_converges_where_the_decrease_is_below_the_rounding_of_J():
     assert est.n_iter_ <= 5
 
 
+def test_newton_with_dependent_columns_and_a_tiny_lam():
+    # a singular Gram matrix and lam below its rounding: the Cholesky factor of the preconditioner
+    # fails and the diagonal one stands in
+    X, y = _data(60, 4, seed=30)
+    X = np.hstack([X, X, 3 * X])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        est = MarginPursuit(lam=1e-30).fit(X, y)
+    assert est.score(X, y) > 0.8  # LinearSVC: 0.87 (noisy labels)
+
+
 def test_auto_is_newton_in_fit():
     X, y = _data(100, 4, seed=28)
     a = MarginPursuit().fit(X, y)

@@ -256,12 +256,19 @@ def _curvature(X, prob, fit_intercept):
 
 
 def _preconditioner(gram, colsq, lam, scale):
-    """r -> M^{-1} r for M = lam I + Z^T diag(c) Z / S (``gram`` given), else its diagonal."""
+    """r -> M^{-1} r for M = lam I + Z^T diag(c) Z / S (``gram`` given), else its diagonal.
+
+    The diagonal also stands in when the Cholesky factorisation fails: lam below the rounding
+    of a singular Gram matrix (repeated or dependent columns with lam ~ 1e-18).
+    """
     if gram is not None:
         M = gram / scale
         M[np.diag_indices_from(M)] += lam
-        factor = cho_factor(M, lower=True, check_finite=False)
-        return lambda r: cho_solve(factor, r, check_finite=False)
+        try:
+            factor = cho_factor(M, lower=True, check_finite=False)
+            return lambda r: cho_solve(factor, r, check_finite=False)
+        except np.linalg.LinAlgError:
+            colsq = np.diag(gram).copy()
     inv = 1.0 / (lam + colsq / scale)
     return lambda r: inv * r
 
