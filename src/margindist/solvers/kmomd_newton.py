@@ -92,7 +92,14 @@ _LS_SLOPE = 1e-3
 _MAX_LS = 40
 #: Water-filling: Newton passes over the rows, at most (it ends when the active set repeats).
 _MAX_LEVEL_PASSES = 200
-#: The SMO takes over after this many Newton iterations in a row that shrink |v - z| by less than 10 %.
+#: The stopping rule is checked exactly (one product X v) once the bound on the violation is
+#: below this many times the threshold; the measured violation per unit of |v - z| then sets how
+#: accurate the next Newton direction must be: a reduction of |v - z| by _TARGET times the one that
+#: would just meet the threshold.
+_CHECK_RATIO = 1e4
+_TARGET = 0.1
+#: The SMO takes over after this many Newton iterations in a row that shrink |v - z| by less than 10 %
+#: and phi by less than its rounding.
 _MAX_SLOW = 5
 
 
@@ -535,24 +542,26 @@ def kmomd_newton(X, y, sample_weight=None, lam=0.1, *, tol=1e-3, max_iter=_MAX_N
     nt = _Newton(X, rows, y, w, lam, z, direct)
     bound = 2.0 * nt.b * np.sqrt(_max_sq_norm(rows, y.size))  # violation <= bound ||v - z||
     status, viol, n_it, scores = "max_iter", np.inf, 0, np.empty(y.size)
-    r0, r_prev, slow = None, np.inf, 0
+    r0, r_prev, phi_prev, slow = None, np.inf, np.inf, 0
     for n_it in range(max_iter + 1):
         r = nt.gradient()
         thresh = tol * 2.0 * nt.objective()
         rn = float(np.linalg.norm(r))
-        slow = slow + 1 if rn >= 0.9 * r_prev else 0
-        r_prev = rn
-        if slow >= _MAX_SLOW:  # |v - z| no longer decreases (rounding): the SMO takes over
+        slow = slow + 1 if rn >= 0.9 * r_prev and nt.phi >= phi_prev - 1e-12 * abs(phi_prev) else 0
+        r_prev, phi_prev = rn, nt.phi
+        if slow >= _MAX_SLOW:  # neither phi nor |v - z| decreases (rounding): the SMO takes over
             break
-        if bound * rn <= thresh or n_it == max_iter:
+        kappa = bound  # violation / |v - z|: at most the bound, measured when near the threshold
+        if bound * rn <= _CHECK_RATIO * thresh or n_it == max_iter:
             viol = _exact_violation(nt, scores)
             if viol <= thresh:
                 status = "converged"
                 break
+            kappa = viol / rn
         if n_it == max_iter:
             break
         r0 = rn if r0 is None else r0
-        if not nt.step(nt.direction(r, _forcing(rn, r0)), r):
+        if not nt.step(nt.direction(r, _forcing(rn, r0, _TARGET * thresh / (kappa * rn))), r):
             nt.gradient()
             viol = _exact_violation(nt, scores)
             status = "converged" if viol <= tol * 2.0 * nt.objective() else "stalled"
@@ -572,6 +581,9 @@ def _exact_violation(nt, scores):
     return _violation(G, nt.gamma, nt.pos)
 
 
-def _forcing(rn, r0):
-    """Relative residual of the conjugate gradients for the Newton direction at |v - z| = rn."""
-    return min(0.5, np.sqrt(rn / r0))
+def _forcing(rn, r0, enough):
+    """Relative residual of the conjugate gradients for the Newton direction at |v - z| = rn:
+    sqrt(rn / r0) (superlinear convergence; at most 0.3 far from the optimum, where the active set
+    still changes), but no smaller than ``enough``, the reduction of |v - z| that is expected to
+    meet the stopping rule."""
+    return min(0.3, max(np.sqrt(rn / r0), enough))
