@@ -92,10 +92,10 @@ _LS_SLOPE = 1e-3
 _MAX_LS = 40
 #: Water-filling: Newton passes over the rows, at most (it ends when the active set repeats).
 _MAX_LEVEL_PASSES = 200
-#: The stopping rule is checked exactly (one product X v) once the bound on the violation is
-#: below this many times the threshold; the measured violation per unit of |v - z| then sets how
-#: accurate the next Newton direction must be: a reduction of |v - z| by _TARGET times the one that
-#: would just meet the threshold.
+#: With conjugate gradients the stopping rule is checked exactly (one product X v) once the bound
+#: on the violation is below this many times the threshold (direct solves: once it is below it);
+#: the measured violation per unit of |v - z| then sets how accurate the next Newton direction
+#: must be: a reduction of |v - z| by _TARGET times the one that would just meet the threshold.
 _CHECK_RATIO = 1e4
 _TARGET = 0.1
 #: The SMO takes over after this many Newton iterations in a row that shrink |v - z| by less than 10 %
@@ -552,7 +552,7 @@ def kmomd_newton(X, y, sample_weight=None, lam=0.1, *, tol=1e-3, max_iter=_MAX_N
         if slow >= _MAX_SLOW:  # neither phi nor |v - z| decreases (rounding): the SMO takes over
             break
         kappa = bound  # violation / |v - z|: at most the bound, measured when near the threshold
-        if bound * rn <= _CHECK_RATIO * thresh or n_it == max_iter:
+        if bound * rn <= (1.0 if direct else _CHECK_RATIO) * thresh or n_it == max_iter:
             viol = _exact_violation(nt, scores)
             if viol <= thresh:
                 status = "converged"
