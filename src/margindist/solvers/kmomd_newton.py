@@ -365,8 +365,9 @@ class _ActiveCopy(_ActiveRows):
 
 class _Newton:
     """State of one run: z, t = b Y X z, the water-filling gamma(z) with its levels mu, and the
-    active-set quantities of the last gradient (v, s_c, W_c and the active rows ``rows_A``: for CSR
-    X with conjugate gradients a contiguous copy, see :class:`_ActiveCopy`); the direct solver's sum M = sum_A w_i x_i x_i^T over the active set ``in_M`` it was made for."""
+    active-set quantities of the last gradient (v, s_c, W_c and the active rows ``rows_A``: for
+    CSR X with conjugate gradients a contiguous copy, see :class:`_ActiveCopy`); the direct
+    solver's sum M = sum_A w_i x_i x_i^T over the active set ``in_M`` it was made for."""
 
     def __init__(self, X, rows, y, w, lam, z, direct):
         self.X, self.rows, self.y, self.w, self.lam = X, rows, y, w, lam
@@ -429,7 +430,10 @@ class _Newton:
         H = self.M - np.outer(self.s[0], self.s[0] / self.W[0]) - np.outer(self.s[1], self.s[1] / self.W[1])
         H *= self.a
         H[np.diag_indices_from(H)] += 1.0
-        return sla.solve(H, r, assume_a="pos", check_finite=False)
+        try:
+            return sla.solve(H, r, assume_a="pos", check_finite=False)
+        except (np.linalg.LinAlgError, ValueError):  # H >= I up to rounding: features on an extreme scale
+            return np.linalg.lstsq(H, r, rcond=None)[0]
 
     def _cg(self, r, rel_tol):
         rows_A, s, W, a = self.rows_A, self.s, self.W, self.a
