@@ -14,11 +14,19 @@ Both are timed on ``fit`` in the same run, interleaved, median of ``--repeats`` 
 process (CPU) time are both recorded, because the machine is shared and wall-clock time includes
 waiting for the CPU. BLAS is limited to one thread (threadpoolctl; LIBSVM is single-threaded and
 the KMOMD fit does no BLAS work for the RBF kernel). Numba compilation is done before timing.
-With ``--linear``, also ``KMOMD(kernel="linear")`` (solver "auto" = L-BFGS on the dual in the weight
-vector, then the SMO check) and, for reference, ``KMOMD(kernel="linear", solver="primal")`` (the SMO
-alone) against ``LinearSVC(C=(1 - lam) / lam)`` (LIBLINEAR).
+With ``--linear``, also ``KMOMD(kernel="linear")`` (solver "auto" = semismooth Newton on the dual in
+the weight vector) and, for reference, ``KMOMD(kernel="linear", solver="primal")`` (the SMO alone)
+against ``LinearSVC(C=(1 - lam) / lam)`` (LIBLINEAR).
+
+``--linear-only`` skips the RBF and data-set rows and times the linear kernel on the rows of
+``benchmarks/bench_defaults.py`` (``--rows``: dense 120k x 100, sparse 200k x 50k CSR, large_sparse
+2M x 200k float32 CSR) against ``LinearSVC()`` at its defaults: ``KMOMD(kernel="linear", lam)``
+(solver "auto" = "newton") and the previous default ``solver="lbfgs"``, interleaved, median of
+``--repeats``, wall-clock and CPU time, test accuracy, and the new solver's time on the first half of
+the rows (time(n) / time(n/2)); written to ``benchmarks/results/bench_kmomd_linear.md``.
 
     python benchmarks/bench_kmomd.py [--quick] [--m 5000] [--repeats 3] [--lams 0.1 0.5]
+    python benchmarks/bench_kmomd.py --linear-only --rows dense sparse --lams 0.1 0.01
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from margindist.datasets import load_dataset
 from margindist.models.kmomd import KMOMD
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_kmomd.md"
+RESULTS_LINEAR = Path(__file__).resolve().parent / "results" / "bench_kmomd_linear.md"
 
 
 def _split(name, m, seed=0):
@@ -164,6 +173,80 @@ def write(rows, args):
     print(f"wrote {RESULTS}")
 
 
+def _timed(make, X, y):
+    est = make()
+    t0, c0 = time.perf_counter(), time.process_time()
+    est.fit(X, y)
+    return time.perf_counter() - t0, time.process_time() - c0, est
+
+
+def run_linear_rows(rows, lams, repeats, quick):
+    """The linear kernel on the rows of bench_defaults.py against LinearSVC() (see the module doc)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_defaults
+
+    out = []
+    for row in rows:
+        X, y, Xt, yt = getattr(bench_defaults, row)(quick)
+        half = X.shape[0] // 2
+        KMOMD(kernel="linear").fit(X[:300], y[:300])  # compile (or load) the numba code
+        KMOMD(kernel="linear", solver="lbfgs").fit(X[:300], y[:300])
+        fits = {"LinearSVC()": (lambda: LinearSVC(), X, y)}
+        for lam in lams:
+            fits[f"newton {lam:g}"] = (lambda lam=lam: KMOMD(kernel="linear", lam=lam), X, y)
+            fits[f"newton {lam:g} n/2"] = (lambda lam=lam: KMOMD(kernel="linear", lam=lam), X[:half], y[:half])
+            fits[f"lbfgs {lam:g}"] = (lambda lam=lam: KMOMD(kernel="linear", lam=lam, solver="lbfgs"), X, y)
+        wall, cpu, est = {k: [] for k in fits}, {k: [] for k in fits}, {}
+        for _ in range(repeats):  # interleaved: one fit of each per round
+            for key, (make, Xf, yf) in fits.items():
+                w, c, est[key] = _timed(make, Xf, yf)
+                wall[key].append(w)
+                cpu[key].append(c)
+        med = {k: (float(np.median(wall[k])), float(np.median(cpu[k]))) for k in fits}
+        acc = {k: est[k].score(Xt, yt) for k in fits if not k.endswith("n/2")}
+        for lam in lams:
+            n, o, p = f"newton {lam:g}", f"lbfgs {lam:g}", "LinearSVC()"
+            r = {"row": row, "shape": f"{X.shape[0]} x {X.shape[1]}", "lam": lam, "wall": med[n][0], "cpu": med[n][1],
+                 "pwall": med[p][0], "pcpu": med[p][1], "acc": acc[n], "pacc": acc[p], "owall": med[o][0],
+                 "ocpu": med[o][1], "oacc": acc[o], "scale": med[n][1] / med[f"{n} n/2"][1],
+                 "n_iter": int(np.max(est[n].n_iter_))}
+            out.append(r)
+            print(f"{row:12s} lam={lam:<5g} newton cpu {r['cpu']:7.3f}s wall {r['wall']:7.3f}s | LinearSVC cpu "
+                  f"{r['pcpu']:7.3f}s wall {r['pwall']:7.3f}s | ratio cpu {r['cpu'] / r['pcpu']:5.2f} wall "
+                  f"{r['wall'] / r['pwall']:5.2f} | acc {r['acc']:.4f} vs {r['pacc']:.4f} | lbfgs cpu {r['ocpu']:7.3f}s "
+                  f"acc {r['oacc']:.4f} | t(n)/t(n/2) {r['scale']:.2f} | Newton it {r['n_iter']}", flush=True)
+    return out
+
+
+def write_linear(rows, args):
+    lines = [
+        "# KMOMD(kernel='linear') against LinearSVC() (benchmarks/bench_kmomd.py --linear-only)",
+        "",
+        f"Conditions: {platform.processor() or platform.machine()}, {os.cpu_count()} logical cores shared with other "
+        "jobs, BLAS limited to one thread; the rows of benchmarks/bench_defaults.py (dense: make_classification "
+        "120k x 100 min-max scaled, 20k test rows; sparse: 200k x 50k CSR, 50 non-zeros a row, rows L2-normalised); "
+        f"median of {args.repeats} interleaved fits; numba compiled before timing. `newton` is "
+        "KMOMD(kernel='linear', lam) with the default solver ('auto' = 'newton', tol=1e-3), `lbfgs` the previous "
+        "default solver='lbfgs' (L-BFGS on the same dual, then the SMO check), the peer LinearSVC() at its "
+        "defaults (C=1). ratio = newton / LinearSVC in the same run. t(n)/t(n/2): CPU time of the newton fit on "
+        "all n rows over that on the first n/2 rows.",
+        "",
+        "| row | lam | newton CPU (s) | LinearSVC CPU (s) | ratio CPU | ratio wall | acc newton | acc LinearSVC | "
+        "lbfgs CPU (s) | acc lbfgs | t(n)/t(n/2) | Newton iterations |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['row']} ({r['shape']}) | {r['lam']:g} | {r['cpu']:.3f} | {r['pcpu']:.3f} | "
+                     f"{r['cpu'] / r['pcpu']:.2f} | {r['wall'] / r['pwall']:.2f} | {r['acc']:.4f} | {r['pacc']:.4f} | "
+                     f"{r['ocpu']:.3f} | {r['oacc']:.4f} | {r['scale']:.2f} | {r['n_iter']} |")
+    lines.append("")
+    RESULTS_LINEAR.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS_LINEAR.write_text("\n".join(lines))
+    print(f"wrote {RESULTS_LINEAR}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="seconds-scale smoke run (m=500, 1 repeat, banana)")
@@ -173,7 +256,17 @@ def main():
     ap.add_argument("--datasets", nargs="+", default=["banana", "magic"])
     ap.add_argument("--linear", action="store_true", help="also the linear kernel against LinearSVC")
     ap.add_argument("--no-write", action="store_true", help="print only")
+    ap.add_argument("--linear-only", action="store_true",
+                    help="only the linear kernel on the bench_defaults rows against LinearSVC()")
+    ap.add_argument("--rows", nargs="+", default=["dense", "sparse"], help="bench_defaults rows for --linear-only")
     args = ap.parse_args()
+    if args.linear_only:
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        with threadpool_limits(limits=1):
+            rows = run_linear_rows(args.rows, args.lams, args.repeats, args.quick)
+        if not args.quick and not args.no_write:
+            write_linear(rows, args)
+        return
     if args.quick:
         args.m, args.repeats, args.datasets = 500, 1, ["banana"]
     warnings.simplefilter("ignore", ConvergenceWarning)

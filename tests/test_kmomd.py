@@ -22,6 +22,7 @@ from margindist.solvers.kmomd import (
     kmomd_linear,
     kmomd_objective,
 )
+from margindist.solvers.kmomd_newton import _levels, kmomd_newton
 
 TIGHT = 1e-12
 
@@ -301,7 +302,7 @@ def test_linear_lbfgs_path():
         np.testing.assert_allclose(fast.coef, ref.coef, rtol=1e-5, atol=1e-8)
         sparse = kmomd_linear(sp.csr_matrix(X), y, w, lam, tol=1e-10, init="lbfgs")
         np.testing.assert_allclose(sparse.coef, fast.coef, rtol=1e-7, atol=1e-10)
-    est = KMOMD(lam=0.3, kernel="linear").fit(X, y, sample_weight=w)  # "auto" -> lbfgs
+    est = KMOMD(lam=0.3, kernel="linear", solver="lbfgs").fit(X, y, sample_weight=w)
     np.testing.assert_allclose(est.coef_[0], kmomd_linear(X, y, w, 0.3, tol=TIGHT).coef, rtol=1e-3)
     with pytest.raises(ValueError, match="needs lam > 0"):
         KMOMD(lam=0.0, kernel="linear", solver="lbfgs").fit(X, y)
@@ -572,3 +573,160 @@ def test_weight_norm_from_the_scores_equals_the_kernel_norm():
     K = rbf_kernel(est.support_vectors_, gamma=0.5)
     c = est.dual_coef_[0]
     assert est.weight_norm_[0] == pytest.approx(np.sqrt(c @ K @ c), rel=1e-10)
+
+
+# ------------------------------------------------------------------ linear kernel: Newton on the dual in z
+
+
+def _phi(z, X, y, w, lam):
+    """phi(z) = -D(z) through the compiled water-filling, and gamma(z)."""
+    t = 2 * (1 - lam) * y * (X @ z)
+    mu, g = np.full(2, np.nan), np.empty(y.size)
+    inner = _levels(t, t, 0.0, y > 0, w, lam, mu, g)[0]
+    return (1 - lam) * z @ z - inner, g
+
+
+def test_levels_are_the_sorted_waterfill():
+    rng = np.random.default_rng(40)
+    y = np.where(rng.random(200) < 0.4, 1.0, -1.0)
+    w = rng.uniform(0.3, 3.0, size=y.size)
+    for scale in (1e-6, 1.0, 1e3, 1e150):
+        t, dt = rng.normal(size=y.size) * scale, rng.normal(size=y.size) * scale
+        for alpha, mu in ((0.0, np.full(2, np.nan)), (0.7, np.array([-1e300, 1e300])), (0.3, np.zeros(2))):
+            g = np.empty(y.size)
+            inner, gdt, _, n_act = _levels(t, dt, alpha, y > 0, w, 0.2, mu, g)
+            ta = t + alpha * dt
+            ref = np.zeros(y.size)
+            for cls in (y > 0, y < 0):
+                ref[cls] = _waterfill(ta[cls], w[cls], 0.2)
+            np.testing.assert_allclose(g, ref, rtol=1e-9, atol=1e-12)
+            assert n_act == np.count_nonzero(g > 0)
+            # inner = sum_c min over the simplex, attained at gamma
+            np.testing.assert_allclose(inner, ta @ g + 0.2 * np.sum(g * g / w), rtol=1e-9)
+            np.testing.assert_allclose(gdt, g @ dt, rtol=1e-9, atol=1e-300)
+
+
+def test_newton_dual_gradient_and_hessian_by_finite_differences():
+    """grad phi = 2 (1 - lam) (z - v(gamma(z))) and, where the active set is locally constant, the
+    generalised Hessian 2 (1 - lam) (I + a C) of the docstring."""
+    X, y = _data(m=60, d=4, seed=41)
+    w = np.random.default_rng(42).uniform(0.5, 2.0, size=y.size)
+    lam, b = 0.2, 1.6
+    z = kmomd_linear(X, y, w, lam, tol=TIGHT).coef * 0.8  # near the optimum: many active rows
+    g = _phi(z, X, y, w, lam)[1]
+    v = X.T @ (y * g)
+    h = 1e-6
+    fd = [(_phi(z + h * e, X, y, w, lam)[0] - _phi(z - h * e, X, y, w, lam)[0]) / (2 * h) for e in np.eye(4)]
+    np.testing.assert_allclose(b * (z - v), fd, rtol=1e-6, atol=1e-9)
+    A = g > 0
+    assert 5 < A.sum() < y.size
+    C = (X[A] * w[A, None]).T @ X[A]
+    for cls in (A & (y > 0), A & (y < 0)):
+        s_c = w[cls] @ X[cls]
+        C -= np.outer(s_c, s_c) / w[cls].sum()
+    H = b * (np.eye(4) + (1 - lam) / lam * C)
+
+    def grad(zz):
+        return b * (zz - X.T @ (y * _phi(zz, X, y, w, lam)[1]))
+
+    fd_H = np.array([(grad(z + h * e) - grad(z - h * e)) / (2 * h) for e in np.eye(4)])
+    np.testing.assert_allclose(fd_H, H, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("lam", [0.01, 0.1, 0.6])
+@pytest.mark.parametrize("direct", [True, False])
+def test_newton_reaches_the_qp_and_smo_optimum(lam, direct):
+    X, y = _data(m=80, d=5, seed=43, sep=0.8)
+    w = np.random.default_rng(44).uniform(0.3, 3.0, size=y.size)
+    res = kmomd_newton(X, y, w, lam, tol=1e-10, direct=direct)
+    assert res.converged and res.n_iter == 0 and res.newton_iter >= 1  # the SMO did not take over
+    assert direct or res.cg_iter > 0
+    _feasible(res.gamma, y)
+    g_qp, f_qp = _qp(X @ X.T, y, w, lam)
+    smo = kmomd_linear(X, y, w, lam, tol=TIGHT)
+    np.testing.assert_allclose(res.objective, f_qp, rtol=1e-9)
+    np.testing.assert_allclose(res.objective, smo.objective, rtol=1e-9)
+    np.testing.assert_allclose(res.gamma, smo.gamma, atol=1e-7)
+    np.testing.assert_allclose(res.gamma, g_qp, atol=1e-6)
+    np.testing.assert_allclose(res.coef, X.T @ (y * res.gamma), atol=1e-12)
+    np.testing.assert_allclose(res.scores, X @ res.coef, atol=1e-12)
+    assert res.theta == pytest.approx(0.5 * res.gamma @ res.scores)
+    np.testing.assert_allclose(res.objective, kmomd_objective(X @ X.T, None, y, res.gamma, lam, w), rtol=1e-12)
+
+
+class _NoDensify(sp.csr_matrix):
+    """CSR rows that refuse to be densified."""
+
+    def toarray(self, *args, **kwargs):
+        raise AssertionError("densified")
+
+    todense = toarray
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_newton_dense_csr_float32_and_weights_as_copies(direct):
+    X, y = make_classification(n_samples=120, n_features=6, random_state=45)
+    y = np.where(y == 1, 1.0, -1.0)
+    w = np.random.default_rng(46).integers(1, 4, size=y.size).astype(float)
+    ref = kmomd_newton(X, y, w, 0.1, tol=1e-10, direct=direct)
+    csr = kmomd_newton(_NoDensify(X), y, w, 0.1, tol=1e-10, direct=direct)
+    np.testing.assert_allclose(csr.coef, ref.coef, rtol=1e-9, atol=1e-12)
+    # float32 rows: the optimum for X rounded to float32 (values read as they are, sums in float64)
+    X32 = X.astype(np.float32)
+    for Xf in (X32, sp.csr_matrix(X32)):
+        r32 = kmomd_newton(Xf, y, w, 0.1, tol=1e-10, direct=direct)
+        exact = kmomd_linear(X32.astype(np.float64), y, w, 0.1, tol=TIGHT)
+        np.testing.assert_allclose(r32.coef, exact.coef, rtol=1e-7, atol=1e-10)
+    # an integer weight is that many copies of the row
+    rep = np.repeat(np.arange(y.size), w.astype(int))
+    copies = kmomd_newton(X[rep], y[rep], None, 0.1, tol=1e-10, direct=direct)
+    np.testing.assert_allclose(copies.coef, ref.coef, rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(copies.objective, ref.objective, rtol=1e-9)
+
+
+def test_newton_certifies_the_smo_stopping_rule():
+    """At the default tol the result meets the SMO's rule, recomputed from scratch, and its
+    relative gap is within 2 tol."""
+    X, y = make_classification(n_samples=3000, n_features=30, flip_y=0.1, random_state=47)
+    y = np.where(y == 1, 1.0, -1.0)
+    lam, tol = 0.02, 1e-3
+    for direct in (True, False):
+        res = kmomd_newton(X, y, None, lam, tol=tol, direct=direct)
+        assert res.converged and res.n_iter == 0
+        G = 2 * (1 - lam) * y * (X @ (X.T @ (y * res.gamma))) + 2 * lam * res.gamma
+        viol = max(G[c & (res.gamma > 0)].max() - G[c].min() for c in (y > 0, y < 0))
+        assert viol <= tol * 2 * res.objective
+        assert res.violation == pytest.approx(viol, rel=1e-6, abs=1e-6 * tol * res.objective)
+        best = kmomd_newton(X, y, None, lam, tol=1e-12).objective
+        assert best <= res.objective <= best * (1 + 2 * tol)
+
+
+def test_newton_hands_over_to_the_smo():
+    X, y = _data(m=70, d=4, seed=48)
+    res = kmomd_newton(X, y, None, 0.05, tol=1e-10, max_iter=1)
+    assert res.converged and res.newton_iter == 1 and res.n_iter > 0  # the SMO completed the rule
+    np.testing.assert_allclose(res.objective, kmomd_linear(X, y, None, 0.05, tol=TIGHT).objective, rtol=1e-9)
+    with pytest.raises(ValueError, match="lam > 0"):
+        kmomd_newton(X, y, None, 0.0)
+    centroid = kmomd_newton(X, y, None, 1.0)
+    np.testing.assert_allclose(centroid.coef, X[y > 0].mean(0) - X[y < 0].mean(0), atol=1e-12)
+
+
+def test_estimator_auto_picks_newton_and_keeps_the_old_solvers():
+    X, y = make_classification(n_samples=400, n_features=10, random_state=49)
+    w = np.random.default_rng(50).uniform(0.5, 2.0, size=y.size)
+    auto = KMOMD(kernel="linear", lam=0.05, tol=1e-10).fit(X, y, sample_weight=w)
+    newton = KMOMD(kernel="linear", lam=0.05, tol=1e-10, solver="newton").fit(X, y, sample_weight=w)
+    lbfgs = KMOMD(kernel="linear", lam=0.05, tol=1e-10, solver="lbfgs").fit(X, y, sample_weight=w)
+    np.testing.assert_array_equal(auto.coef_, newton.coef_)
+    assert auto.n_iter_ < 30  # Newton iterations, no pair updates
+    np.testing.assert_allclose(newton.coef_, lbfgs.coef_, rtol=1e-7, atol=1e-12)
+    np.testing.assert_allclose(newton.intercept_, lbfgs.intercept_, rtol=1e-7)
+    # a warm start from the previous lam reaches the same optimum
+    warm = KMOMD(kernel="linear", lam=0.2, tol=1e-10, warm_start=True).fit(X, y)
+    warm.set_params(lam=0.05).fit(X, y, sample_weight=w)
+    np.testing.assert_allclose(warm.coef_, newton.coef_, rtol=1e-7, atol=1e-12)
+    with pytest.raises(ValueError, match="solver='newton' needs kernel='linear'"):
+        KMOMD(solver="newton", kernel="rbf").fit(X, y)
+    with pytest.raises(ValueError, match="solver='newton' needs lam > 0"):
+        KMOMD(solver="newton", kernel="linear", lam=0.0).fit(X, y)

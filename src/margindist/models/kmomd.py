@@ -14,6 +14,7 @@ from .._base import BaseMarginClassifier, BinaryModel, get_logger
 from .._params import CACHE_SIZE, KERNEL_PARAMS, MULTICLASS_PARAMS, VERBOSE
 from ..kernels import cache_dtype
 from ..solvers.kmomd import kmomd_centroid, kmomd_kernel, kmomd_linear
+from ..solvers.kmomd_newton import kmomd_newton
 
 __all__ = ["KMOMD"]
 
@@ -97,7 +98,7 @@ class KMOMD(BaseMarginClassifier):
         Degree of the ``"poly"`` kernel.
     coef0 : float, default=0.0
         Independent term of the ``"poly"`` and ``"sigmoid"`` kernels.
-    solver : {"auto", "dual", "primal", "lbfgs"}, default="auto"
+    solver : {"auto", "dual", "primal", "lbfgs", "newton"}, default="auto"
         "dual": the SMO with kernel rows from the row cache (any kernel); for 200 examples or
         more and 0 < lam < 1, when 2 m pair updates leave it far from convergence, an active-set
         Newton phase (linear solves on the candidate support by preconditioned conjugate
@@ -110,8 +111,14 @@ class KMOMD(BaseMarginClassifier):
         water-filling) by L-BFGS, O(nnz(X) + m log m) per iteration, then runs the "primal"
         SMO from that point until the stopping rule holds (usually after a few updates). Orders
         of magnitude faster than the SMO alone when many examples carry weight (the SMO needs
-        several updates per such example). "auto": "lbfgs" for the linear kernel with lam > 0,
-        "primal" for the linear kernel with lam = 0, else "dual".
+        several updates per such example). "newton": linear kernel and lam > 0; minimises the
+        same dual, a convex piecewise-quadratic function of the weight vector, by a generalised
+        (semismooth) Newton method with exact line search: directions from the Hessian of the
+        active examples (the weighted within-class scatter; a Cholesky factorisation for up to
+        1000 features, else conjugate gradients with Hessian-vector products, as LIBLINEAR's
+        Newton solvers), usually 3-15 iterations; it checks the SMO's stopping rule on its own
+        point and hands over to the "primal" SMO only if it cannot meet it. "auto": "newton" for
+        the linear kernel with lam > 0, "primal" for the linear kernel with lam = 0, else "dual".
     tol : float, default=1e-3
         Relative stopping tolerance: stop when the largest within-class violation is at most
         tol * 2 L(gamma). This bounds the relative objective gap by 2 tol; in practice the gap
@@ -129,8 +136,9 @@ class KMOMD(BaseMarginClassifier):
         Start the SMO from the previous fit's distribution gamma (renormalised per class)
         when the data have the same shape, e.g. along a path of decreasing ``lam`` (about
         30-50 % fewer updates there; from 200 examples on, the Newton phase starts right away
-        from the previous support). Only the start changes, never the optimum. Ignored by
-        ``solver="lbfgs"`` (its L-BFGS start is cheap).
+        from the previous support; ``solver="newton"`` starts from the previous weight vector).
+        Only the start changes, never the optimum. Ignored by ``solver="lbfgs"`` (its L-BFGS
+        start is cheap).
     class_weight : dict or "balanced", default=None
         Multiplies sample weights per class (see "Sample weights").
     multi_class : {"ovr", "ovo"}, default="ovo"
@@ -165,12 +173,14 @@ class KMOMD(BaseMarginClassifier):
     objective_history_ : list of ndarray
         Per sub-problem, the objective at the SMO's start (for ``solver="lbfgs"``: at the
         L-BFGS solution) and after every m pair updates (m the number of training examples of
-        the sub-problem); non-increasing.
+        the sub-problem); non-increasing. For ``solver="newton"``: the final objective (and the
+        SMO's entries after it, if the SMO had to complete the stopping rule).
     weight_norm_ : ndarray of shape (n_problems,)
         ||v(gamma)||, the distance between the two hull points.
     n_iter_ : int or ndarray
-        Pair updates, plus the L-BFGS iterations for ``solver="lbfgs"`` or the active-set
-        Newton iterations of the kernel solver (per sub-problem for more than two classes).
+        Pair updates, plus the L-BFGS iterations for ``solver="lbfgs"``, the Newton iterations
+        for ``solver="newton"`` or the active-set Newton iterations of the kernel solver (per
+        sub-problem for more than two classes).
     problems_ : list of tuple
         One (negative class, positive class) pair of indices into ``classes_`` per
         sub-problem (the negative is None for "the rest" of one-vs-rest): ``[(0, 1)]`` for
@@ -193,7 +203,9 @@ class KMOMD(BaseMarginClassifier):
     pass runs over contiguous memory.
 
     Complexity: O(m) per pair update plus O(m d) per kernel-row cache miss (dual), or
-    O(nnz(X)) per update (primal); O(nnz(X) + m log m) per L-BFGS iteration. The SMO needs
+    O(nnz(X)) per update (primal); O(nnz(X) + m log m) per L-BFGS iteration; O(nnz(X)) plus the
+    direction per Newton iteration (O(n_changed d^2 + d^3) for d <= 1000, else one pass over
+    the active rows per conjugate-gradient step). The SMO needs
     several updates per example that carries weight, and more the smaller ``lam`` is (the
     problem's conditioning scales with 1 / lam); the Newton phase costs O(n_S^2) per conjugate
     gradient step and O(m r^2) for its preconditioner of rank r <= 300 (n_S the support size),
@@ -218,7 +230,7 @@ class KMOMD(BaseMarginClassifier):
     _parameter_constraints = {
         "lam": [Interval(Real, 0, 1, closed="both")],
         **KERNEL_PARAMS,
-        "solver": [StrOptions({"auto", "dual", "primal", "lbfgs"})],
+        "solver": [StrOptions({"auto", "dual", "primal", "lbfgs", "newton"})],
         "tol": [Interval(Real, 0, None, closed="neither")],
         "max_iter": [Interval(Integral, 1, None, closed="left"), None],
         "cache_size": CACHE_SIZE,
@@ -236,8 +248,8 @@ class KMOMD(BaseMarginClassifier):
                 "class (by design of the game formulation)."
             ),
         }
-        lbfgs = self.kernel == "linear" and self.lam > 0 and self.solver in ("auto", "lbfgs")
-        if not lbfgs:  # the smooth L-BFGS dual meets the check's 1e-7; the SMO stops earlier
+        smooth = self.kernel == "linear" and self.lam > 0 and self.solver in ("auto", "lbfgs", "newton")
+        if not smooth:  # the L-BFGS and Newton paths meet the check's 1e-7; the SMO stops earlier
             checks["check_sample_weight_equivalence_on_dense_data"] = (
                 "A weight equals that many copies at the optimum (tests/test_kmomd.py checks it to "
                 "1e-9 with tol=1e-12), but the SMO stops at the relative tolerance tol=1e-3 on "
@@ -268,15 +280,15 @@ class KMOMD(BaseMarginClassifier):
         self.verbose = verbose
 
     def _resolve_solver(self, kernel):
-        if self.solver in ("primal", "lbfgs") and not kernel.is_linear:
+        if self.solver in ("primal", "lbfgs", "newton") and not kernel.is_linear:
             raise ValueError(f"solver={self.solver!r} needs kernel='linear'; got kernel={self.kernel!r}.")
-        if self.solver == "lbfgs" and self.lam == 0:
-            raise ValueError("solver='lbfgs' needs lam > 0 (at lam = 0 its dual is not differentiable); "
-                             "use solver='primal'.")
+        if self.solver in ("lbfgs", "newton") and self.lam == 0:
+            raise ValueError(f"solver={self.solver!r} needs lam > 0 (at lam = 0 its dual is not "
+                             "differentiable); use solver='primal'.")
         if self.solver != "auto":
             return self.solver
         if kernel.is_linear:
-            return "lbfgs" if self.lam > 0 else "primal"
+            return "newton" if self.lam > 0 else "primal"
         return "dual"
 
     def _fit_binary(self, problem):
@@ -290,6 +302,8 @@ class KMOMD(BaseMarginClassifier):
         solver = self._resolve_solver(kernel)
         if lam == 1.0 and not kernel.is_linear:
             res = kmomd_centroid(kernel, X, y, sample_weight)
+        elif solver == "newton":
+            res = kmomd_newton(X, y, sample_weight, lam, tol=self.tol, init=init, smo_max_iter=max_iter)
         elif solver in ("primal", "lbfgs"):
             start = "lbfgs" if solver == "lbfgs" else ("vertex" if init is None else init)
             res = kmomd_linear(X, y, sample_weight, lam, tol=self.tol, max_iter=max_iter, init=start,
@@ -332,7 +346,8 @@ class KMOMD(BaseMarginClassifier):
                 c = y * res.gamma
                 coef = np.asarray(X.T @ c, dtype=np.float64).ravel() if sp.issparse(X) else np.asarray(
                     X, dtype=np.float64).T @ c
-            return BinaryModel(coef=coef, intercept=-res.theta, n_iter=res.n_iter + res.lbfgs_iter, extra=extra)
+            n_iter = res.n_iter + res.lbfgs_iter + res.newton_iter
+            return BinaryModel(coef=coef, intercept=-res.theta, n_iter=n_iter, extra=extra)
         c = y * res.gamma
         return BinaryModel(dual_coef=c, intercept=-res.theta, n_iter=res.n_iter + res.newton_iter, extra=extra,
                            norm_sq=float(c @ res.scores))  # ||v||^2 = c^T K c, scores = K c

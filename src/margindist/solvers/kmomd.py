@@ -109,7 +109,9 @@ class KMOMDResult(SolverResult):
     convex hulls of the classes intersect); history : objective after every ``history_every``
     updates (first entry: the start point); coef : v as an explicit vector (linear back end);
     lbfgs_iter : L-BFGS iterations of the linear start point (``init="lbfgs"``); newton_iter :
-    active-set Newton iterations of the kernel solver (``newton``).
+    active-set Newton iterations of the kernel solver (``newton``), or Newton iterations of the
+    linear :func:`~margindist.solvers.kmomd_newton.kmomd_newton`; cg_iter : its conjugate-gradient
+    steps.
     """
 
     gamma: np.ndarray
@@ -121,6 +123,7 @@ class KMOMDResult(SolverResult):
     coef: np.ndarray | None = None
     lbfgs_iter: int = 0
     newton_iter: int = 0
+    cg_iter: int = 0
 
 
 # --------------------------------------------------------------------------------------
