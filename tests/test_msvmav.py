@@ -268,6 +268,10 @@ def test_compiled_loop_matches_numpy_loop(wdbc):
     assert np.allclose(a.history["step"][1:], b.history["step"][1:], rtol=1e-6, atol=1e-12)
     for f in ("n_active", "n_changes"):
         assert np.array_equal(a.history[f], b.history[f])
+    # the compiled loop reads the rows in C order; Fortran-ordered input is copied, same run
+    c = msvmav_linear(np.asfortranarray(X), y, s, 2.0, 0.5, max_iter=60, tol=0.0, update="auto")
+    assert c.family == "compiled" and np.allclose(c.w, a.w, rtol=0, atol=1e-13)
+    assert np.array_equal(c.history["n_changes"], a.history["n_changes"])
 
 
 def test_kernel_paper_update_matches_printed_formula():

@@ -21,21 +21,18 @@ from numba.extending import get_cython_function_address
 __all__ = ["dense_loop", "kernel_loop"]
 
 
-@njit(cache=True)
-def _margins(XF, y, w, intercept, out):
-    """out = y * (X w (+ w_bias)), X in column-major order (the inner loop runs down a column)."""
-    n, p = XF.shape
+@njit(cache=True, fastmath={"reassoc", "contract"})
+def _margins(X, y, w, intercept, out):
+    """out = y * (X w (+ w_bias)), X row-major: one pass over the rows, each a vectorised dot
+    (summed in any order; a column-by-column pass over a Fortran copy was twice as slow, it
+    reads and writes ``out`` once per feature)."""
+    n, p = X.shape
     b = w[p] if intercept else 0.0
     for i in range(n):
-        out[i] = b
-    for j in range(p):
-        wj = w[j]
-        if wj == 0.0:
-            continue
-        for i in range(n):
-            out[i] += XF[i, j] * wj
-    for i in range(n):
-        out[i] *= y[i]
+        acc = 0.0
+        for j in range(p):
+            acc += X[i, j] * w[j]
+        out[i] = y[i] * (acc + b)
 
 
 @njit(cache=True)
@@ -122,7 +119,7 @@ def _advance(m, theta, s, S, A, changed, hist, k, step, w, best_w, best_k, tol):
 
 @njit(cache=True)
 def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol):
-    """The MSVMAv iteration on dense X (rows z_i = y_i [x_i, 1?]); X column-major (Fortran).
+    """The MSVMAv iteration on dense X (rows z_i = y_i [x_i, 1?]); X row-major (C order).
 
     Returns (w_last, w_best, n_iter, hist (n_iter + 1, 6): theta, SV, SV/theta^2, |A|,
     changes, step ||w_k - w_{k-1}||; best_k, converged, status) with status 0 ok, 1 Cholesky failure, 2 non-finite w.
