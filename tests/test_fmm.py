@@ -198,10 +198,13 @@ def test_fused_pass_tol_stop_matches():
     _assert_same_run(a, b, rtol=1e-9)
 
 
-def test_estimator_solvers_agree_and_auto_is_fused():
+def test_estimator_solvers_agree_and_auto_is_fused_on_dense_rows():
     X, y = _nonseparable(seed=3)
     auto = FMM(max_iter=300).fit(X, y)
     fused = FMM(max_iter=300, solver="fused").fit(X, y)
+    assert auto._method(X) == "fused"
+    import scipy.sparse as sp
+    assert auto._method(sp.csr_matrix(X)) == "two_pass"  # SciPy's CSR products are faster
     old = FMM(max_iter=300, solver="two_pass").fit(X, y)
     np.testing.assert_array_equal(auto.coef_, fused.coef_)
     np.testing.assert_allclose(old.coef_, fused.coef_, rtol=1e-10, atol=1e-12)

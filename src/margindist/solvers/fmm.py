@@ -35,7 +35,10 @@ Two implementations of the same iteration (``method``):
   max-shifted softmax. The same pass returns min_i m_i (the margin). Z^T q_{t+1} is the sum
   divided by sum_i e_i. Cost: T + 1 passes over X, O(n + d) memory, no temporary of length n.
 * ``"two_pass"``: the original NumPy/SciPy version, Z w and Z^T q as two separate products with
-  X per iteration (2 T passes).
+  X per iteration (2 T passes). Faster than the fused pass on CSR X (measured on 200k x 50k
+  with 50 non-zeros a row: SciPy's CSR kernels 27 ms per iteration, the fused compiled pass
+  52 ms; a compiled sparse dot plus a compiled scatter alone took 17.6 + 19.7 ms), so the
+  estimator's ``solver="auto"`` picks ``"fused"`` for dense X only.
 
 Both compute the same iterates up to the order of floating-point sums (tested to 1e-10
 relative over hundreds of iterations). Sparse X is never densified (the constant column is
@@ -92,8 +95,11 @@ def _lse_push(a, shift, tot, acc):
     return e, shift, tot + e
 
 
-@njit(cache=True, fastmath=_FM)
+@njit(cache=True)
 def _sweep_sparse(rows, yR, logs, w, acc):
+    # no fastmath: with reassociation a gathered sparse dot measured 1.4x slower (gather
+    # instructions). Even so this pass is slower than SciPy's two products on CSR rows of ~50
+    # non-zeros (52 ms against 27 ms for 10M non-zeros), so "auto" keeps "two_pass" for CSR.
     acc[:] = 0.0
     shift, tot, mmin = -1.7976931348623157e308, 0.0, np.inf  # finite shift: a = -inf gives e = 0
     for i in range(yR.shape[0]):
