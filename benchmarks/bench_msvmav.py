@@ -17,12 +17,21 @@ Each pair is fitted ``--repeats`` times, interleaved, and the median time is rep
 ratio ours / peer and the held-out accuracy of both. Unless stated otherwise BLAS is limited to
 one thread (threadpoolctl) so that every method runs single-threaded, as LIBLINEAR and LIBSVM do.
 
+Default rows (``--default-rows``): the two linear rows of ``bench_defaults.py`` (dense 120k x 100
+min-max scaled; sparse 200k x 50k CSR, rows L2-normalised) with every estimator at its defaults:
+``MSVMAv()`` and ``FMM()`` (the MSVMAv paper's FMM baseline) against ``LinearSVC()``, each beside
+its previous solver (MSVMAv: ``update="batched"``, the NumPy loop that computes every margin every
+iteration, on the dense row; FMM: ``solver="two_pass"``), interleaved, median of ``--repeats``,
+plus time(n) / time(n / 2) of the default solvers (fits on the first half of the rows). Written
+to ``results/bench_msvmav_defaults.md``.
+
 Sanity accuracy (``--sanity``): 80/20 splits of australian, german, wdbc, pima, titanic scaled
 to [0, 1]; alpha, beta of MSVMAv (the presets' 11 x 11 grid) and C of LinearSVC chosen by 5-fold CV.
 
     python benchmarks/bench_msvmav.py              # timing + sanity (tens of minutes)
     python benchmarks/bench_msvmav.py --quick      # seconds-scale smoke run
     python benchmarks/bench_msvmav.py --sanity     # only the accuracy check
+    python benchmarks/bench_msvmav.py --default-rows [--quick]
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ from threadpoolctl import threadpool_limits
 
 import margindist.solvers.msvmav._common as msvmav_common
 from margindist.datasets import load_dataset
+from margindist.models.fmm import FMM
 from margindist.models.msvmav import MSVMAv
 from margindist.solvers.msvmav import FactorCache
 
@@ -287,6 +297,63 @@ def run_sanity(n_splits, quick):
 # ----------------------------------------------------------------------------- report
 
 
+def _default_row_fits(row):
+    """(label, factory) of the default-rows benchmark for one row."""
+    fits = [("MSVMAv()", MSVMAv), ("FMM()", FMM), ("FMM(solver='two_pass')", lambda: FMM(solver="two_pass")),
+            ("LinearSVC()", LinearSVC)]
+    if row == "dense":
+        fits.insert(1, ("MSVMAv(update='batched')", lambda: MSVMAv(update="batched")))
+    return fits
+
+
+def run_default_rows(quick, repeats):
+    """Median fit times, accuracies and time(n) / time(n / 2) on bench_defaults' linear rows."""
+    import bench_defaults
+
+    out = []
+    for row in ("dense", "sparse"):
+        X, y, Xt, yt = getattr(bench_defaults, row)(quick)
+        h = X.shape[0] // 2
+        fits = _default_row_fits(row)
+        times = {lab: [] for lab, _ in fits}
+        halves = {lab: [] for lab, _ in fits}
+        acc = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            for _, make in fits:  # compiled code loaded before timing
+                make().fit(X[:500], y[:500])
+            for _ in range(repeats):
+                for lab, make in fits:
+                    t, est = timed_fit(make, X, y)
+                    times[lab].append(t)
+                    acc[lab] = est.score(Xt, yt)
+                    if "(" in lab and "=" not in lab:  # the defaults: also on half the rows
+                        halves[lab].append(timed_fit(make, X[:h], y[:h])[0])
+        peer = statistics.median(times["LinearSVC()"])
+        for lab, _ in fits:
+            med = statistics.median(times[lab])
+            scale = med / statistics.median(halves[lab]) if halves[lab] else float("nan")
+            out.append((row, X.shape, lab, med, med / peer, acc[lab], scale))
+            print(f"{row} {lab:28s} {med:8.3f} s  ratio {med / peer:5.2f}  acc {acc[lab]:.4f}  "
+                  f"t(n)/t(n/2) {scale:.2f}", flush=True)
+    return out
+
+
+def write_default_rows(path, rows, repeats, quick):
+    lines = ["# MSVMAv and FMM at their defaults against LinearSVC()", ""]
+    if quick:
+        lines += ["**Quick smoke run (small sizes) — not representative.**", ""]
+    lines += [conditions(repeats) + " Data: `bench_defaults.py` rows (`python benchmarks/bench_msvmav.py "
+              "--default-rows`). ratio = time / LinearSVC() time of the same run; t(n)/t(n/2): the same "
+              "estimator on the first half of the training rows.", "",
+              "| row | n x d | estimator | fit s | ratio | test acc | t(n)/t(n/2) |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {row} | {shape[0]} x {shape[1]} | {lab} | {t:.3f} | {r:.2f} | {a:.4f} | "
+              + ("-" if np.isnan(sc) else f"{sc:.2f}") + " |" for row, shape, lab, t, r, a, sc in rows]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    print(f"wrote {path}")
+
+
 def conditions(repeats):
     return (f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared with other jobs: ratios from "
             f"the same run are what counts), Python {platform.python_version()}, numpy "
@@ -370,7 +437,14 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--splits", type=int, default=None, help="sanity splits (default 5, quick 2)")
     ap.add_argument("--out", type=Path, default=None, help=f"report path (default {RESULTS})")
+    ap.add_argument("--default-rows", action="store_true",
+                    help="only MSVMAv() and FMM() against LinearSVC() on bench_defaults' dense and sparse rows")
     args = ap.parse_args(argv)
+    if args.default_rows:
+        rows = run_default_rows(args.quick, args.repeats)
+        name = "bench_msvmav_defaults" + ("_quick" if args.quick else "") + ".md"
+        write_default_rows(args.out or RESULTS.with_name(name), rows, args.repeats, args.quick)
+        return
     n_splits = args.splits or (2 if args.quick else 5)
     print(conditions(args.repeats))
     timing = None if args.sanity else run_timing(args.quick, args.repeats)

@@ -133,3 +133,83 @@ def test_multiclass_and_errors():
     for bad in (dict(step=0.0), dict(max_iter=0), dict(tol=-1.0)):
         with pytest.raises(ValueError):
             FMM(**bad).fit(X, y)
+
+
+# ----------------------------------------------------------------------------- fused pass
+
+
+def _nonseparable(n=300, d=7, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, d))
+    y = np.where(X[:, 0] - X[:, 1] + 0.3 * rng.normal(size=n) > 0, 1.0, -1.0)
+    return X, y
+
+
+def _assert_same_run(a, b, rtol=1e-10):
+    wa, wb = np.r_[a.w, a.b], np.r_[b.w, b.b]
+    assert a.n_iter == b.n_iter and a.converged == b.converged
+    assert np.linalg.norm(wa - wb) <= rtol * np.linalg.norm(wb)
+    np.testing.assert_allclose(a.margins, b.margins, rtol=0, atol=rtol * np.abs(b.margins).max())
+    np.testing.assert_allclose(a.dual, b.dual, rtol=rtol)
+
+
+@pytest.mark.parametrize("fmt", ["dense", "csr", "float32", "fortran"])
+@pytest.mark.parametrize("kw", [{}, {"fit_intercept": False}, {"momentum": False}, {"step": 2.0**-6}])
+def test_fused_pass_gives_the_two_pass_iterates(fmt, kw):
+    X, y = _nonseparable()
+    import scipy.sparse as sp
+    Xf = {"dense": X, "csr": sp.csr_matrix(X), "float32": X.astype(np.float32), "fortran": np.asfortranarray(X)}[fmt]
+    a = fmm(Xf, y, max_iter=400, method="fused", **kw)
+    b = fmm(Xf, y, max_iter=400, method="two_pass", **kw)
+    _assert_same_run(a, b)
+    assert a.margins[-1] < 0  # non-separable: the scores spread, q is far from uniform
+
+
+def test_fused_pass_with_weights_and_a_zero_weight_first_row():
+    X, y = _nonseparable(seed=1)
+    sw = np.random.default_rng(1).uniform(0.1, 3.0, size=len(y))
+    sw[0] = 0.0  # log-weight -inf on the first row read: must give q_0 = 0, not nan
+    import scipy.sparse as sp
+    for Xf in (X, sp.csr_matrix(X)):
+        a = fmm(Xf, y, sw, max_iter=300, method="fused")
+        _assert_same_run(a, fmm(Xf, y, sw, max_iter=300, method="two_pass"))
+        assert np.all(np.isfinite(a.w))
+    # integer weights = repeated rows, through the fused pass
+    k = np.arange(len(y)) % 3 + 1
+    rep = fmm(np.repeat(X, k, axis=0), np.repeat(y, k), max_iter=300)
+    _assert_same_run(fmm(X, y, k.astype(float), max_iter=300), rep, rtol=1e-9)
+
+
+def test_fused_pass_rescales_when_the_shift_rises():
+    # rows sorted by decreasing log-weight a_i = -<w, z_i>: every row raises the running max,
+    # so each one rescales the partial sums; the result must still be the max-shifted softmax
+    X, y = _nonseparable(seed=2)
+    w0 = fmm(X, y, max_iter=50).w
+    order = np.argsort(y * (X @ w0))[::-1]
+    Xs, ys = X[order], y[order]
+    _assert_same_run(fmm(Xs, ys, max_iter=200, method="fused"), fmm(Xs, ys, max_iter=200, method="two_pass"))
+
+
+def test_fused_pass_tol_stop_matches():
+    X, y = _separable(seed=6)
+    a = fmm(X, y, max_iter=5000, tol=1e-3, fit_intercept=False, method="fused")
+    b = fmm(X, y, max_iter=5000, tol=1e-3, fit_intercept=False, method="two_pass")
+    assert a.converged and a.n_iter < 5000
+    _assert_same_run(a, b, rtol=1e-9)
+
+
+def test_estimator_solvers_agree_and_auto_is_fused_on_dense_rows():
+    X, y = _nonseparable(seed=3)
+    auto = FMM(max_iter=300).fit(X, y)
+    fused = FMM(max_iter=300, solver="fused").fit(X, y)
+    assert auto._method(X) == "fused"
+    import scipy.sparse as sp
+    assert auto._method(sp.csr_matrix(X)) == "two_pass"  # SciPy's CSR products are faster
+    old = FMM(max_iter=300, solver="two_pass").fit(X, y)
+    np.testing.assert_array_equal(auto.coef_, fused.coef_)
+    np.testing.assert_allclose(old.coef_, fused.coef_, rtol=1e-10, atol=1e-12)
+    assert old.margin_ == pytest.approx(fused.margin_, rel=1e-9)
+    with pytest.raises(ValueError):
+        FMM(solver="newton").fit(X, y)
+    with pytest.raises(ValueError, match="method"):
+        fmm(X, y, method="bogus")

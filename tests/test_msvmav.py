@@ -268,6 +268,10 @@ def test_compiled_loop_matches_numpy_loop(wdbc):
     assert np.allclose(a.history["step"][1:], b.history["step"][1:], rtol=1e-6, atol=1e-12)
     for f in ("n_active", "n_changes"):
         assert np.array_equal(a.history[f], b.history[f])
+    # the compiled loop reads the rows in C order; Fortran-ordered input is copied, same run
+    c = msvmav_linear(np.asfortranarray(X), y, s, 2.0, 0.5, max_iter=60, tol=0.0, update="auto")
+    assert c.family == "compiled" and np.allclose(c.w, a.w, rtol=0, atol=1e-13)
+    assert np.array_equal(c.history["n_changes"], a.history["n_changes"])
 
 
 def test_kernel_paper_update_matches_printed_formula():
@@ -745,3 +749,49 @@ def test_weight_norm_of_kernel_model_is_its_rkhs_norm(fit_intercept):
     a = clf.dual_coef_[0]
     K = rbf_kernel(clf.support_vectors_, gamma=0.3)
     assert np.isclose(clf.weight_norm_[0], np.sqrt(a @ K @ a), rtol=1e-10)
+
+
+# ----------------------------------------------------------------------------- screened margins
+
+
+def _dense_problem(n=3000, d=12, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, d))
+    y = np.where(X @ rng.standard_normal(d) + 0.3 * rng.standard_normal(n) > np.median(X @ rng.standard_normal(d)), 1.0,
+                 -1.0)
+    return X, y, rng.uniform(0.5, 2.0, n)
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_compiled_loop_screening_gives_the_full_pass_active_sets(fit_intercept):
+    """The compiled loop recomputes only the margins near theta after a full pass: its active
+    sets are those of the NumPy loop (every margin every iteration), so are its iterates, and
+    its SV (quadratic form of the Gram sum plus the changed rows) equals the direct sum."""
+    X, y, s = _dense_problem()
+    a = msvmav_linear(X, y, s, 4.0, 0.05, max_iter=250, tol=0.0, update="auto", fit_intercept=fit_intercept)
+    b = msvmav_linear(X, y, s, 4.0, 0.05, max_iter=250, tol=0.0, update="batched", fit_intercept=fit_intercept)
+    assert a.family == "compiled" and b.family == "direct"
+    assert a.n_products < a.n_iter / 2  # most iterations screened, not a full pass
+    for f in ("n_active", "n_changes"):
+        assert np.array_equal(a.history[f], b.history[f])
+    assert a.history["n_changes"][1:].sum() > 250  # the active set did move
+    assert np.allclose(a.w, b.w, rtol=0, atol=1e-10) and np.isclose(a.b, b.b, atol=1e-10)
+    for f in ("theta", "semivariance", "bound"):
+        np.testing.assert_allclose(a.history[f], b.history[f], rtol=1e-9)
+    # the best iterate by SV/theta^2 (ties at round-off, between settled iterates, may pick
+    # another index with the same bound)
+    assert a.history["bound"][a.best_iter] == pytest.approx(b.history["bound"].min(), rel=1e-9)
+
+
+def test_compiled_loop_screened_history_is_that_of_exact_margins():
+    """|A| and SV recorded for the last (screened) iterate equal those of its exact margins."""
+    X, y, s = _dense_problem(seed=1)
+    res = msvmav_linear(X, y, s, 4.0, 0.05, max_iter=120, tol=0.0, update="auto", return_best=False)
+    assert res.n_products < 60
+    w = np.append(res.w, res.b)
+    m = y * (np.column_stack([X, np.ones(len(y))]) @ w)
+    theta = res.history["theta"][-1]
+    A = m < theta
+    assert res.history["n_active"][-1] == A.sum()
+    sv = s[A] @ (theta - m[A]) ** 2 / s.sum()
+    assert res.history["semivariance"][-1] == pytest.approx(sv, rel=1e-9)

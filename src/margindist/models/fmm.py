@@ -6,8 +6,9 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._base import BaseMarginClassifier, BinaryModel, get_logger
 from .._params import MULTICLASS_PARAMS, POSITIVE, VERBOSE
@@ -63,6 +64,14 @@ class FMM(BaseMarginClassifier):
         set and not reached a ``ConvergenceWarning`` is raised.
     fit_intercept : bool, default=True
         Append the constant feature 1 (see above).
+    solver : {"auto", "fused", "two_pass"}, default="auto"
+        How an iteration reads X. ``"fused"``: one compiled pass over the rows per iteration
+        computes the scores Z w and, row by row while the row is in cache, the max-shifted
+        exponential weights and Z^T q (an online log-sum-exp); ``"two_pass"``: the original
+        two NumPy/SciPy products per iteration. Both give the same iterate w_T up to rounding
+        (tested to 1e-10 relative). ``"auto"`` picks ``"fused"`` for dense X (2-2.5x faster
+        there) and ``"two_pass"`` for sparse X (SciPy's CSR products were faster than the
+        fused compiled pass on rows of ~50 non-zeros).
     class_weight : dict or "balanced", default=None
         Multiplies the sample weights per class; ``"balanced"`` uses
         n_samples / (n_classes * np.bincount(y)).
@@ -115,7 +124,8 @@ class FMM(BaseMarginClassifier):
     exactly as repeated rows. The hard margin itself ignores weights (it is a minimum); they
     shape the path and hence the finite-T solution.
 
-    Cost: O(nnz(X)) per iteration (two products with the data), O(m + d) memory.
+    Cost: O(nnz(X)) per iteration (one fused pass over the data with the default solver, two
+    products with ``solver="two_pass"``), O(m + d) memory.
 
     References
     ----------
@@ -139,16 +149,18 @@ class FMM(BaseMarginClassifier):
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left"), None],
         "fit_intercept": ["boolean"],
+        "solver": [StrOptions({"auto", "fused", "two_pass"})],
         **MULTICLASS_PARAMS,
         "verbose": VERBOSE,
     }
 
-    def __init__(self, step=1.0, max_iter=400, tol=None, fit_intercept=True, class_weight=None,
+    def __init__(self, step=1.0, max_iter=400, tol=None, fit_intercept=True, solver="auto", class_weight=None,
                  multi_class="ovr", n_jobs=None, verbose=0):
         self.step = step
         self.max_iter = max_iter
         self.tol = tol
         self.fit_intercept = fit_intercept
+        self.solver = solver
         self.class_weight = class_weight
         self.multi_class = multi_class
         self.n_jobs = n_jobs
@@ -165,7 +177,8 @@ class FMM(BaseMarginClassifier):
         X, y, sample_weight = problem.X, problem.y, problem.sample_weight
         log = get_logger(self.verbose)
         res = fmm(X, y, sample_weight, step=self.step, max_iter=self.max_iter,
-                  fit_intercept=self.fit_intercept, tol=self.tol)
+                  fit_intercept=self.fit_intercept, tol=self.tol,
+                  method=self._method(X))
         if self.tol is not None and not res.converged:
             warnings.warn(
                 f"FMM did not close the duality gap to tol={self.tol} in {self.max_iter} "
@@ -182,6 +195,11 @@ class FMM(BaseMarginClassifier):
             log.info("FMM: %d iterations, normalised margin %.6g, dual bound %.6g", res.n_iter, margin, dual)
         return BinaryModel(coef=w, intercept=b, n_iter=res.n_iter,
                            extra={"margin": margin, "history": res.margins, "dual": dual})
+
+    def _method(self, X):
+        if self.solver != "auto":
+            return self.solver
+        return "two_pass" if sp.issparse(X) else "fused"
 
     def _set_extra(self, extras):
         margins = np.array([e["margin"] for e in extras])

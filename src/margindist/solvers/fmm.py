@@ -24,8 +24,25 @@ not depend on the weights, only the path to it).
 ``momentum=False`` gives normalised gradient descent on the same loss,
 w_{t+1} = w_t + theta Z^T q_t, the O(1/t) baseline the paper improves on.
 
-Cost: two products with X per iteration (O(nnz)); sparse X is never densified (the constant
-column is applied implicitly).
+Two implementations of the same iteration (``method``):
+
+* ``"fused"`` (default): one compiled pass over the rows per iteration. Row i is read once:
+  its score m_i = <w_{t+1}, z_i> (through :func:`~margindist.solvers._rows.row_dot`), then, while
+  the row is still in cache, its term e_i z_i of the unnormalised gradient
+  sum_i e_i z_i, e_i = s_i exp(-m_i - shift), is added (``row_axpy``). The shift is the running
+  maximum of log s_i - m_i; when a later row raises it, the sums so far are rescaled by
+  exp(old - new) (an online log-sum-exp), so no exponent overflows and the result is the
+  max-shifted softmax. The same pass returns min_i m_i (the margin). Z^T q_{t+1} is the sum
+  divided by sum_i e_i. Cost: T + 1 passes over X, O(n + d) memory, no temporary of length n.
+* ``"two_pass"``: the original NumPy/SciPy version, Z w and Z^T q as two separate products with
+  X per iteration (2 T passes). Faster than the fused pass on CSR X (measured on 200k x 50k
+  with 50 non-zeros a row: SciPy's CSR kernels 27 ms per iteration, the fused compiled pass
+  52 ms; a compiled sparse dot plus a compiled scatter alone took 17.6 + 19.7 ms), so the
+  estimator's ``solver="auto"`` picks ``"fused"`` for dense X only.
+
+Both compute the same iterates up to the order of floating-point sums (tested to 1e-10
+relative over hundreds of iterations). Sparse X is never densified (the constant column is
+applied implicitly).
 """
 
 from __future__ import annotations
@@ -33,11 +50,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from ._result import SolverResult
-from ._rows import row_sq_norms
+from ._rows import make_rows, row_axpy, row_dot, row_sq_norms
 
 __all__ = ["FMMResult", "fmm", "row_norm_max"]
+
+METHODS = ("fused", "two_pass")
 
 
 @dataclass(kw_only=True)
@@ -57,8 +77,109 @@ def row_norm_max(X, fit_intercept):
     return float(np.sqrt(sq.max())) if sq.size else 0.0
 
 
+_FM = {"reassoc", "contract"}
+
+
+@njit(cache=True, inline="always")
+def _lse_push(a, shift, tot, acc):
+    """Add a row of log-weight a to the online log-sum-exp: raise the shift (rescaling acc and
+    tot) if a exceeds it; returns (e = exp(a - shift), shift, tot + e)."""
+    if a > shift:
+        if tot > 0.0:
+            sc = np.exp(shift - a)
+            for f in range(acc.shape[0]):
+                acc[f] *= sc
+            tot *= sc
+        shift = a
+    e = np.exp(a - shift)
+    return e, shift, tot + e
+
+
+@njit(cache=True)
+def _sweep_sparse(rows, yR, logs, w, acc):
+    # no fastmath: with reassociation a gathered sparse dot measured 1.4x slower (gather
+    # instructions). Even so this pass is slower than SciPy's two products on CSR rows of ~50
+    # non-zeros (52 ms against 27 ms for 10M non-zeros), so "auto" keeps "two_pass" for CSR.
+    acc[:] = 0.0
+    shift, tot, mmin = -1.7976931348623157e308, 0.0, np.inf  # finite shift: a = -inf gives e = 0
+    for i in range(yR.shape[0]):
+        m = yR[i] * row_dot(rows, i, w)
+        mmin = min(mmin, m)
+        e, shift, tot = _lse_push(logs[i] - m, shift, tot, acc)
+        row_axpy(rows, i, e * yR[i], acc)
+    return tot, mmin
+
+
+@njit(cache=True, fastmath=_FM)
+def _sweep_dense(rows, yR, logs, w, acc):
+    # the dense loops written out: through row_dot / row_axpy this pass ran 25-40 % slower
+    d = rows.n_features
+    wb = w[d] * rows.bias if rows.has_bias else 0.0
+    acc[:] = 0.0
+    shift, tot, mmin = -1.7976931348623157e308, 0.0, np.inf
+    for i in range(yR.shape[0]):
+        m = 0.0
+        for f in range(d):
+            m += w[f] * rows.dense[i, f]
+        m = yR[i] * (m + wb)
+        mmin = min(mmin, m)
+        e, shift, tot = _lse_push(logs[i] - m, shift, tot, acc)
+        c = e * yR[i]
+        for f in range(d):
+            acc[f] += c * rows.dense[i, f]
+        if rows.has_bias:
+            acc[d] += c * rows.bias
+    return tot, mmin
+
+
+def _sweep(rows, yR, logs, w, acc):
+    """One pass over the rows: acc = sum_i e_i yR_i xh_i with e_i = exp(logs_i - m_i - shift),
+    m_i = yR_i <w, xh_i>, shift = max_i (logs_i - m_i) (online, with rescaling).
+
+    Returns (sum_i e_i, min_i m_i); acc / sum_i e_i is Z^T q for q = softmax(logs - Z w).
+    """
+    return (_sweep_sparse if rows.sparse else _sweep_dense)(rows, yR, logs, w, acc)
+
+
+def _diverged(t):
+    return ValueError(f"FMM diverged at iteration {t + 1}: the weights are not finite. Reduce step or max_iter.")
+
+
+def _fmm_fused(X, yR, logs, step, max_iter, fit_intercept, tol, momentum):
+    """The iteration with one fused pass over X per step (see the module docstring)."""
+    rows = make_rows(X, 1.0 if fit_intercept else None)
+    p = X.shape[1] + int(fit_intercept)
+    w, g, acc = np.zeros(p), np.zeros(p), np.empty(p)
+    margins, dual = np.empty(max_iter), np.empty(max_iter)
+    tot, _ = _sweep(rows, yR, logs, w, acc)  # w = 0: q_0 = s / sum(s)
+    zq = acc / tot
+    best_dual, converged, t = np.inf, False, 0
+    while t < max_iter:
+        dual[t] = np.sqrt(zq @ zq)
+        best_dual = min(best_dual, dual[t])
+        if momentum:
+            g += zq
+            g *= t / (t + 1.0)
+            w += step * (g + zq)
+        else:
+            w += step * zq
+        tot, mmin = _sweep(rows, yR, logs, w, acc)
+        nrm = np.sqrt(w @ w)
+        if not (np.isfinite(nrm) and np.isfinite(mmin) and np.isfinite(tot) and tot > 0.0):
+            raise _diverged(t)
+        margins[t] = mmin / nrm if nrm > 0 else 0.0
+        np.divide(acc, tot, out=zq)
+        t += 1
+        if tol is not None and best_dual > 0 and (best_dual - margins[t - 1]) <= tol * best_dual:
+            converged = True
+            break
+    b = float(w[-1]) if fit_intercept else 0.0
+    w = w[:-1].copy() if fit_intercept else w
+    return w, b, t, margins[:t], dual[:t], converged
+
+
 def fmm(X, y, sample_weight=None, *, step=1.0, max_iter=400, fit_intercept=True, tol=None,
-        momentum=True):
+        momentum=True, method="fused"):
     """Run the accelerated (or, ``momentum=False``, normalised-gradient) margin maximiser.
 
     Parameters
@@ -71,6 +192,11 @@ def fmm(X, y, sample_weight=None, *, step=1.0, max_iter=400, fit_intercept=True,
     tol : float or None
         Stop early when the certified relative gap (min_t ||Z^T q_t|| - gamma(w_t)) /
         min_t ||Z^T q_t|| is at most tol (only possible on separable data); None: run T.
+    momentum : bool
+        False: normalised gradient descent instead of the accelerated method.
+    method : {"fused", "two_pass"}
+        One compiled pass over X per iteration, or the original two NumPy/SciPy products
+        (the same iterates up to rounding).
 
     Returns
     -------
@@ -79,12 +205,18 @@ def fmm(X, y, sample_weight=None, *, step=1.0, max_iter=400, fit_intercept=True,
     y = np.asarray(y, dtype=np.float64)
     n, d = X.shape
     sw = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-    logs = np.log(sw)
+    with np.errstate(divide="ignore"):
+        logs = np.log(sw)  # a weight of 0 gives -inf: q_i = 0
     R = row_norm_max(X, fit_intercept)
     if R == 0.0:
         return FMMResult(w=np.zeros(d), b=0.0, radius=1.0, n_iter=0, margins=np.empty(0), dual=np.empty(0),
                          converged=False)
     yR = y / R
+    if method == "fused":
+        w, b, t, margins, dual, converged = _fmm_fused(X, yR, logs, step, max_iter, fit_intercept, tol, momentum)
+        return FMMResult(w=w, b=b, radius=R, n_iter=t, margins=margins, dual=dual, converged=converged)
+    if method != "two_pass":
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
 
     def ztq(q):  # Z^T q
         c = q * yR
@@ -121,10 +253,7 @@ def fmm(X, y, sample_weight=None, *, step=1.0, max_iter=400, fit_intercept=True,
         nrm = np.sqrt(w @ w + b * b)
         margins[t] = m.min() / nrm if nrm > 0 else 0.0
         if not (np.isfinite(nrm) and np.all(np.isfinite(m))):
-            raise ValueError(
-                f"FMM diverged at iteration {t + 1}: the weights are not finite. Reduce step or "
-                "max_iter."
-            )
+            raise _diverged(t)
         # q_{t+1} = softmax(log s - Z w), stabilised by the max shift
         a = logs - m
         a -= a.max()

@@ -46,7 +46,9 @@ class MSVMAvResult(SolverResult):
     n_refresh : int
         Explicit inverses recomputed from scratch after a failed round-off check.
     n_products : int
-        Products through X of the conjugate-gradient scheme.
+        Products through X of the conjugate-gradient scheme; for the compiled dense loop, its
+        full passes over X for the margins (the other iterations recompute only the rows near
+        the average margin).
     norm_sq : float or None
         Kernel path: a^T K a without the intercept's constant kernel (None elsewhere).
     """

@@ -23,7 +23,8 @@ H_k is updated from H_{k-1} when indices enter or leave A. Schemes (``update``):
   a diagonal-plus-mean-direction preconditioner and a Galerkin start from the last solutions
   (:class:`._cg.CGSystem`); never forms a d x d matrix (sparse, high-dimensional X).
 * ``"auto"``: dense X with few columns: the batched scheme in one compiled loop
-  (:func:`._loops.dense_loop`); CG when d is large (no d x d matrix); otherwise per iteration the
+  (:func:`._loops.dense_loop`; it recomputes only the margins near the average margin, see
+  there); CG when d is large (no d x d matrix); otherwise per iteration the
   cheaper of a Woodbury update of M (about 4 c d^2 flops) and a Cholesky refactorisation
   (d^3 / 3).
 """
@@ -182,18 +183,19 @@ def _run(design, system, hist, u, w, am_step, N, max_iter, tol, callback, log):
 
 
 def _compiled(design, s, u, w0, P, am_step, N, beta, max_iter, tol, return_best):
-    """The "auto" scheme for dense X with few features: the compiled batched loop."""
+    """The "auto" scheme for dense X with few features: the compiled batched loop (the result's
+    ``n_products`` counts its full passes over X for the margins)."""
     d = design.d
     N_arr = np.ones(d) if N is None else N
-    w, best_w, n_iter, hist, best_k, converged, status = dense_loop(
-        np.asfortranarray(design.B), design.r, s, design.intercept, u, w0, P, am_step, N_arr, float(beta),
+    w, best_w, n_iter, hist, best_k, converged, status, n_full = dense_loop(
+        np.ascontiguousarray(design.B), design.r, s, design.intercept, u, w0, P, am_step, N_arr, float(beta),
         int(max_iter), float(tol))
     if status == 1:
         raise np.linalg.LinAlgError("MSVMAv: the semi-variance system is not positive definite.")
     if status == 2:
         raise diverged(n_iter)
     return make_result(hist, ["init"] + ["batched"] * int(n_iter), w, best_w, best_k, n_iter, converged,
-                       return_best, family="compiled")
+                       return_best, family="compiled", n_products=int(n_full))
 
 
 def msvmav_linear(X, y, sample_weight, alpha, beta, *, fit_intercept=True, **kw) -> MSVMAvResult:
