@@ -1,4 +1,5 @@
-"""``kernel_approximation``: the Nyström path of every kernel estimator.
+"""``kernel_approximation``: the Nyström path of every kernel estimator (ODM, LDM, LS-SVM,
+KM-OMD, MSVMAv).
 
 Checked against the exact kernel path (every row a landmark gives the exact model, to the
 solver's tolerance), against an independent Nyström computation (scikit-learn's ``Nystroem`` on
@@ -24,6 +25,7 @@ ESTIMATORS = {
     "ODM": lambda **kw: md.ODM(kernel="rbf", tol=1e-8, random_state=0, **kw),
     "LDM": lambda **kw: md.LDM(kernel="rbf", tol=1e-8, random_state=0, **kw),
     "LSSVM": lambda **kw: md.LSSVM(kernel="rbf", **kw),
+    "KMOMD": lambda **kw: md.KMOMD(kernel="rbf", tol=1e-8, random_state=0, **kw),
     "MSVMAv": lambda **kw: md.MSVMAv(kernel="rbf", kernel_prox="rkhs", alpha=2.0, beta=0.5, tol=0.0, max_iter=40,
                                      random_state=0, **kw),
 }

@@ -11,7 +11,15 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._base import BaseMarginClassifier, BinaryModel, get_logger
-from .._params import CACHE_SIZE, KERNEL_PARAMS, MULTICLASS_PARAMS, VERBOSE
+from .._params import (
+    CACHE_SIZE,
+    KERNEL_APPROXIMATION,
+    KERNEL_PARAMS,
+    LANDMARKS,
+    MULTICLASS_PARAMS,
+    RANDOM_STATE,
+    VERBOSE,
+)
 from ..kernels import cache_dtype
 from ..solvers.kmomd import kmomd_centroid, kmomd_kernel, kmomd_linear
 from ..solvers.kmomd_newton import kmomd_newton
@@ -98,6 +106,18 @@ class KMOMD(BaseMarginClassifier):
         Degree of the ``"poly"`` kernel.
     coef0 : float, default=0.0
         Independent term of the ``"poly"`` and ``"sigmoid"`` kernels.
+    kernel_approximation : int, "auto" or None, default=None
+        None: the exact kernel model. An int: the linear KM-OMD solver on the Nyström
+        features of that many landmark rows of each sub-problem (``landmarks``,
+        ``random_state``), i.e. the same problem with the kernel matrix replaced by its
+        Nyström approximation; the model is a kernel expansion over the landmarks (prediction
+        costs O(n_landmarks) kernel evaluations per row), and with every row a landmark it is
+        the exact model. ``"auto"``: exact while the sub-problem's m x m Gram matrix fits
+        ``cache_size``, else 1000 landmarks (logged at ``verbose >= 1``). Ignored for the
+        linear kernel; not available with ``kernel="precomputed"``.
+    landmarks : {"uniform", "kmeans++"}, default="uniform"
+        How ``kernel_approximation`` picks its landmark rows: uniformly at random, or by
+        k-means++ seeding in the input space (weighted by the sample weights).
     solver : {"auto", "dual", "primal", "lbfgs", "newton"}, default="auto"
         "dual": the SMO with kernel rows from the row cache (any kernel); for 200 examples or
         more and 0 < lam < 1, when 2 m pair updates leave it far from convergence, an active-set
@@ -147,6 +167,8 @@ class KMOMD(BaseMarginClassifier):
         the "Defaults" table of the hyperparameters page.
     n_jobs : int, default=None
         Parallel sub-problems (joblib) for more than two classes.
+    random_state : int, RandomState instance or None, default=None
+        Only used by ``kernel_approximation`` (the landmark draw).
     verbose : int, default=0
         Log solver choices and convergence through the ``margindist`` logger.
 
@@ -230,12 +252,15 @@ class KMOMD(BaseMarginClassifier):
     _parameter_constraints = {
         "lam": [Interval(Real, 0, 1, closed="both")],
         **KERNEL_PARAMS,
+        "kernel_approximation": KERNEL_APPROXIMATION,
+        "landmarks": LANDMARKS,
         "solver": [StrOptions({"auto", "dual", "primal", "lbfgs", "newton"})],
         "tol": [Interval(Real, 0, None, closed="neither")],
         "max_iter": [Interval(Integral, 1, None, closed="left"), None],
         "cache_size": CACHE_SIZE,
         "warm_start": ["boolean"],
         **MULTICLASS_PARAMS,
+        "random_state": RANDOM_STATE,
         "verbose": VERBOSE,
     }
 
@@ -261,14 +286,16 @@ class KMOMD(BaseMarginClassifier):
             )
         return checks
 
-    def __init__(self, lam=0.1, kernel="rbf", gamma="scale", degree=3, coef0=0.0, solver="auto", tol=1e-3,
-                 max_iter=None, cache_size=200, warm_start=False, class_weight=None, multi_class="ovo",
-                 n_jobs=None, verbose=0):
+    def __init__(self, lam=0.1, kernel="rbf", gamma="scale", degree=3, coef0=0.0, kernel_approximation=None,
+                 landmarks="uniform", solver="auto", tol=1e-3, max_iter=None, cache_size=200, warm_start=False,
+                 class_weight=None, multi_class="ovo", n_jobs=None, random_state=None, verbose=0):
         self.lam = lam
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
         self.coef0 = coef0
+        self.kernel_approximation = kernel_approximation
+        self.landmarks = landmarks
         self.solver = solver
         self.tol = tol
         self.max_iter = max_iter
@@ -277,6 +304,7 @@ class KMOMD(BaseMarginClassifier):
         self.class_weight = class_weight
         self.multi_class = multi_class
         self.n_jobs = n_jobs
+        self.random_state = random_state
         self.verbose = verbose
 
     def _resolve_solver(self, kernel):
