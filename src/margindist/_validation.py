@@ -154,7 +154,12 @@ def feature_scale_problem(X, *, columns: bool = True, rows: bool = True,
     if n == 0 or X.shape[1] == 0:
         return None
     with np.errstate(over="ignore", invalid="ignore"):
-        if sp.issparse(X):
+        if sp.issparse(X) and X.format == "csr":  # straight from the stored entries (no CSC copy)
+            data = np.abs(X.data, dtype=np.float64)
+            sq_total = float(data @ data) if X.has_canonical_format else float(X.multiply(X).sum())
+            col_max = np.zeros(X.shape[1])
+            np.maximum.at(col_max, X.indices, data)
+        elif sp.issparse(X):
             sq_total = float(X.multiply(X).sum()) if X.nnz else 0.0
             col_max = np.asarray(abs(X).max(axis=0).todense()).ravel()
         else:
