@@ -20,6 +20,7 @@ from margindist.datasets import list_datasets, load_dataset
 from margindist.experiments.presets import get_preset, list_presets
 from margindist.experiments.registry import get_method
 from margindist.kernels import kernel_matrix, resolve_kernel
+from margindist.solvers.margin_pursuit import catoni_scale
 
 
 def _dense(m, d=20, seed=0):
@@ -62,6 +63,7 @@ def test_odm_auto_is_linearsvc_c1_at_theta_mu_zero():
 def test_margin_pursuit_auto_lam_is_one_over_total_weight():
     for S in (7.0, 1e3, 2e6):
         assert margin_pursuit_lam("auto", S) == pytest.approx(1.0 / S)
+        assert margin_pursuit_lam("auto", S, 7.0) == pytest.approx(1.0 / (7.0 * S))
     assert margin_pursuit_lam(1e-3, 5.0) == 1e-3
 
 
@@ -107,7 +109,8 @@ def test_explicit_values_are_used():
     a, b = msvmav_alpha_beta("scale", "scale", X, np.where(y > 0, 1.0, -1.0), np.ones(len(y)))
     np.testing.assert_allclose(MSVMAv(alpha=a, beta=b).fit(X, y).coef_, MSVMAv().fit(X, y).coef_, rtol=1e-10)
     mp = {"random_state": 0, "max_iter": 3, "tol": None}
-    np.testing.assert_allclose(MarginPursuit(lam=1 / 300, **mp).fit(X, y).coef_,
+    s0 = catoni_scale(1.0, 300.0, 0.01)  # the automatic loss scale at the start (margin 1, delta 0.01)
+    np.testing.assert_allclose(MarginPursuit(lam=1 / (300 * s0), **mp).fit(X, y).coef_,
                                MarginPursuit(**mp).fit(X, y).coef_, rtol=1e-12)
 
 

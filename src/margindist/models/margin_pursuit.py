@@ -104,12 +104,14 @@ class MarginPursuit(BaseMarginClassifier):
         Confidence level delta of Catoni's bound.
     lam : float or "auto", default="auto"
         Ridge penalty lambda (the same lambda as Pegasos / ``SGDClassifier(alpha=lam)``).
-        ``"auto"``: 1 / S, S the sum of the sample weights (n_samples for unit weights): J
-        times 1 / lam is 1/2 ||w||^2 + C sum_i s_i loss_i with C = 1 / (lam S), so this is
-        LinearSVC's default C = 1 (see :func:`margindist._defaults.margin_pursuit_lam`); a fixed
-        lam regularises ever more strongly as n grows (the previous default 1e-3, Pegasos'
-        convention, left sparse text-like data at chance). In :meth:`partial_fit`, S is the
-        weight of the current batch.
+        ``"auto"``: 1 / (S s_0), S the sum of the sample weights (n_samples for unit
+        weights) and s_0 the loss scale at the start (``scale`` or its ``"auto"`` value). Near
+        the margin level the loss is (gamma - m)^2 / (2 s), so J times 1 / lam is
+        1/2 ||w||^2 + C sum_i s_i (gamma - m_i)^2 / 2 with C = 1 / (lam S s_0): LinearSVC's
+        default C = 1 (see :func:`margindist._defaults.margin_pursuit_lam`). A fixed lam
+        regularises ever more strongly as n grows (the paper's 1e-3, Pegasos' convention, left
+        sparse text-like data at chance). In :meth:`partial_fit`, S is the weight of the
+        current batch.
     solver : {"auto", "newton", "sgd", "gd"}, default="auto"
         ``"newton"``: Newton-CG on J (Hessian-vector products, a preconditioner from the
         quadratic part of the loss, a line search); deterministic, it reaches the minimiser of
@@ -279,14 +281,14 @@ class MarginPursuit(BaseMarginClassifier):
         return float(self.scale)
 
     def _solver_kw(self, total_weight):
-        return dict(margin=self.margin, lam=margin_pursuit_lam(self.lam, total_weight), influence=self.influence,
-                    fit_intercept=self.fit_intercept, rescale=self.rescale,
+        return dict(margin=self.margin, lam=margin_pursuit_lam(self.lam, total_weight, self._initial_scale(total_weight)),
+                    influence=self.influence, fit_intercept=self.fit_intercept, rescale=self.rescale,
                     rescale_after=self.rescale_after, rescale_quantile=self.rescale_quantile,
                     delta=self.delta, scale_factor=self.scale_factor)
 
     def _new_sgd_state(self, d, total_weight, seed):
         return sgd_init(d, scale=self._initial_scale(total_weight), margin=self.margin,
-                        lam=margin_pursuit_lam(self.lam, total_weight),
+                        lam=margin_pursuit_lam(self.lam, total_weight, self._initial_scale(total_weight)),
                         influence=self.influence, average=self.average, seed=seed)
 
     def _fit_solver(self):
