@@ -89,13 +89,40 @@ def test_dense_equals_csr_and_float32(name):
     np.testing.assert_allclose(c.decision_function(X.astype(np.float32)), f, atol=1e-3 * np.abs(f).max())
 
 
-def test_multiclass_sub_problems_each_draw_their_landmarks():
+def test_one_vs_rest_shares_one_map_and_skips_the_exact_set_up(monkeypatch):
     X, y = _data(n=150, n_classes=3)
-    est = _fit(md.ODM(kernel="rbf", kernel_approximation=20, random_state=0), X, y)
-    assert est.decision_function(X).shape == (150, 3)
-    assert est.support_vectors_.shape[0] <= 3 * 20
+
+    def no_exact_set_up(*args, **kwargs):
+        raise AssertionError("the exact kernel set-up was built for a Nyström fit")
+
+    monkeypatch.setattr(md.LDM, "_shared_setup", no_exact_set_up)
+    ovr = _fit(md.LDM(kernel="rbf", multi_class="ovr", kernel_approximation=20, random_state=0), X, y)
+    assert ovr.support_vectors_.shape[0] <= 20  # the three sub-problems share their landmarks
+    ovo = _fit(md.ODM(kernel="rbf", kernel_approximation=20, random_state=0), X, y)
+    assert 20 < ovo.support_vectors_.shape[0] <= 3 * 20  # each pair draws from its own rows
     again = _fit(md.ODM(kernel="rbf", kernel_approximation=20, random_state=0), X, y)
-    np.testing.assert_array_equal(again.decision_function(X), est.decision_function(X))
+    np.testing.assert_array_equal(again.decision_function(X), ovo.decision_function(X))
+
+
+def test_msvmav_dual_form_on_the_features_gives_the_same_model():
+    X, y = _data(n=60)
+    kw = dict(kernel="rbf", kernel_prox="rkhs", alpha=2.0, beta=0.5, tol=0.0, max_iter=40, random_state=0,
+              kernel_approximation=15)
+    primal = _fit(md.MSVMAv(**kw), X, y)
+    dual = _fit(md.MSVMAv(dual=True, **kw), X, y)
+    f = primal.decision_function(X)
+    np.testing.assert_allclose(dual.decision_function(X), f, atol=1e-5 * np.abs(f).max())
+
+
+def test_cv_with_a_fixed_seed_equals_grid_search():
+    from sklearn.model_selection import GridSearchCV, StratifiedKFold
+
+    X, y = _data(n=120)
+    grid, cv = {"lam": [0.1, 10.0]}, StratifiedKFold(3, shuffle=True, random_state=0)
+    ours = md.ODMCV(param_grid=grid, cv=cv, kernel="rbf", kernel_approximation=25, random_state=0).fit(X, y)
+    ref = GridSearchCV(md.ODM(kernel="rbf", kernel_approximation=25, random_state=0), grid, cv=cv).fit(X, y)
+    assert ours.best_params_ == ref.best_params_
+    np.testing.assert_allclose(ours.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], atol=1e-9)
 
 
 def test_auto_is_exact_within_the_cache_and_approximate_beyond(caplog):

@@ -320,7 +320,7 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
     def _prepare(self, X, y_index, sample_weight, kernel):
         """Per-fit set-up, called once after validation and before any sub-problem (binary or
         native) with the rows to fit; what every sub-problem must share, parallel ones
-        included, goes into attributes of ``self`` (e.g. one Nyström landmark seed)."""
+        included, goes into attributes of ``self``."""
 
     def _fit_shared(self, kind: str, key, make, X=None):
         """``make()``, or the value it gave in an earlier fit on the same validated data.
@@ -591,7 +591,8 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
 
     def _warm_key(self, X, kernel, problems):
         """What must match for the previous fit's sub-problem states to be valid starts."""
-        return (X.shape, None if kernel is None else kernel.kind, [cls for _, _, cls in problems])
+        return (X.shape, None if kernel is None else kernel.kind, [cls for _, _, cls in problems],
+                getattr(self, "kernel_approximation", None), getattr(self, "landmarks", None))
 
     def _problem(self, X, sw, spec, problem, warm=None, shared=None, seed=0) -> BinaryProblem:
         """The :class:`BinaryProblem` of one (rows, y in {-1, +1}, classes) sub-problem."""
@@ -613,11 +614,12 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         n_jobs = getattr(self, "n_jobs", None)
         sequential = len(problems) == 1 or n_jobs in (None, 1)
         shared = None
-        if sequential and len(problems) > 1 and all(rows is None for rows, _, _ in problems):
+        full = self._nystroem_full_rows(X, sw, spec, problems, int(seeds[0]))
+        if full is None and sequential and len(problems) > 1 and all(rows is None for rows, _, _ in problems):
             shared = self._shared_setup(X, sw, spec)
 
         def one(k):
-            return self._solve_binary(self._problem(X, sw, spec, problems[k], warm[k], shared, int(seeds[k])))
+            return self._solve_binary(self._problem(X, sw, spec, problems[k], warm[k], shared, int(seeds[k])), full)
 
         if sequential:
             models = [one(k) for k in range(len(problems))]
@@ -627,22 +629,46 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
                             "seeds": [int(s) for s in seeds]}
         return models
 
-    def _solve_binary(self, problem: BinaryProblem) -> BinaryModel:
+    def _nystroem_full_rows(self, X, sw, spec, problems, seed):
+        """(map, features) of the Nyström path for the sub-problems on all rows (two classes,
+        one-vs-rest), made once per fit so that they share their landmarks (and, through
+        :meth:`_fit_shared`, once per fold of a search when ``random_state`` is fixed); None
+        when no such sub-problem takes the Nyström path."""
+        if not any(rows is None for rows, _, _ in problems):
+            return None
+        n_comp = approximation_components(self, BinaryProblem(X=X, y=None, sample_weight=sw, kernel=spec))
+        if n_comp is None:
+            return None
+        landmarks = getattr(self, "landmarks", "uniform")
+
+        def make():
+            nmap = nystroem_map(spec, X, n_comp, seed, landmarks=landmarks, sample_weight=sw)
+            return nmap, nmap.transform(spec, X, X)
+
+        return self._fit_shared("nystroem", (spec, n_comp, landmarks, seed), make, X)
+
+    def _solve_binary(self, problem: BinaryProblem, full=None) -> BinaryModel:
         """``_fit_binary(problem)``, or, with ``kernel_approximation``, the method's linear path
-        on Nyström features of the sub-problem's rows, returned as the kernel expansion over
-        its landmarks (the same objective with K replaced by its Nyström approximation)."""
+        on Nyström features of the sub-problem's rows (``full``, shared, for sub-problems on all
+        rows), returned as the kernel expansion over its landmarks (the same objective with K
+        replaced by its Nyström approximation)."""
         n_comp = approximation_components(self, problem)
         if n_comp is None:
             return self._fit_binary(problem)
         X = problem.X
-        nmap = nystroem_map(problem.kernel, X, n_comp, problem.seed, landmarks=getattr(self, "landmarks", "uniform"),
-                            sample_weight=problem.sample_weight)
+        if problem.rows is None and full is not None:
+            nmap, Z = full
+        else:
+            nmap = nystroem_map(problem.kernel, X, n_comp, problem.seed, landmarks=getattr(self, "landmarks", "uniform"),
+                                sample_weight=problem.sample_weight)
+            Z = nmap.transform(problem.kernel, X, X)
         get_logger(getattr(self, "verbose", 0)).info(
             "%s: Nyström approximation with %d landmarks of %d rows (kernel_approximation=%r)",
             type(self).__name__, nmap.landmarks.size, X.shape[0], self.kernel_approximation)
-        Z = nmap.transform(problem.kernel, X, X)
         model = self._fit_binary(replace(problem, X=Z, kernel=LINEAR_KERNEL, warm=None, shared=None))
-        return replace(model, coef=None, dual_coef=nmap.dual_coef(model.coef, X.shape[0]), norm_sq=None)
+        # a method that solved the linear problem in its dual form returns w = Z^T a
+        w = model.coef if model.coef is not None else Z.T @ model.dual_coef
+        return replace(model, coef=None, dual_coef=nmap.dual_coef(w, X.shape[0]), norm_sq=None)
 
     # ------------------------------------------------------------------ streaming
     def _partial_fit_binary(self, problem: BinaryProblem) -> BinaryModel:  # pragma: no cover

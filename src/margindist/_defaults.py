@@ -30,6 +30,7 @@ PAPER_DEFAULTS = {
     "ldm": {"multi_class": "ovr"},
     "kmomd": {"multi_class": "ovr"},
     "lssvm": {"multi_class": "ovr"},
+    "mamc": {"multi_class": "ovr"},
     "m3svm": {"lam": 0.01},
 }
 
