@@ -112,6 +112,9 @@ def test_explicit_values_are_used():
     s0 = catoni_scale(1.0, 300.0, 0.01)  # the automatic loss scale at the start (margin 1, delta 0.01)
     np.testing.assert_allclose(MarginPursuit(lam=1 / (300 * s0), **mp).fit(X, y).coef_,
                                MarginPursuit(**mp).fit(X, y).coef_, rtol=1e-12)
+    sgd = {**mp, "solver": "sgd"}  # SGD keeps 1 / S (its Pegasos steps grow with 1 / lam)
+    np.testing.assert_allclose(MarginPursuit(lam=1 / 300, **sgd).fit(X, y).coef_,
+                               MarginPursuit(**sgd).fit(X, y).coef_, rtol=1e-12)
 
 
 def test_invalid_strings_are_rejected():
