@@ -644,3 +644,12 @@ def test_warm_start_uses_the_radius_of_the_current_lam():
     a.set_params(multi_class="ovo").fit(Xm, ym)
     b = MarginPursuit(solver="sgd", multi_class="ovo", random_state=0, max_iter=3, tol=None).fit(Xm, ym)
     np.testing.assert_allclose(a.coef_, b.coef_)
+
+
+def test_newton_stops_at_a_zero_gradient_without_tol():
+    # all-zero rows without an intercept: w = 0 is the minimiser and the gradient is exactly 0
+    X, y = np.zeros((10, 3)), np.repeat([0, 1], 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = MarginPursuit(fit_intercept=False, tol=None, max_iter=5).fit(X, y)
+    np.testing.assert_array_equal(est.coef_, 0.0)

@@ -475,6 +475,7 @@ class _Newton:
         lo, hi, alpha, flat = 0.0, np.inf, 1.0, False
         for _ in range(_MAX_LS):
             inner, gdt, curv, _ = _levels(self.t, dt, alpha, self.pos, self.w, lam, self.mu, self.gamma)
+            evaluated = alpha  # inner, mu and gamma belong to this step length
             d1 = 2.0 * c * (zp + alpha * pp) - gdt
             flat = abs(d1) <= _LS_SLOPE * abs(d0)
             if flat:
@@ -482,6 +483,7 @@ class _Newton:
             lo, hi = (alpha, hi) if d1 < 0 else (lo, alpha)
             new = alpha - d1 / (2.0 * c * pp + curv / (2.0 * lam))
             alpha = new if lo < new < hi else (2.0 * alpha if hi == np.inf else 0.5 * (lo + hi))
+        alpha = evaluated  # after _MAX_LS trials without a flat point: the last evaluated one
         phi = c * float((self.z + alpha * p) @ (self.z + alpha * p)) - inner
         # a point where phi' vanishes (to 1e-3 of its start) lies below phi(0) even when the
         # decrease, of order |v - z|^2, is below the rounding of phi

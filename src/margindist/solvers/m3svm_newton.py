@@ -86,6 +86,20 @@ _MAX_FLAT = 5
 
 
 # ---------------------------------------------------------------------------- driver
+
+def _backtrack(phi, f, gd):
+    """Armijo backtracking from step 1 along a descent direction (F(alpha) = ``phi(alpha)``,
+    F(0) = f, F'(0) = gd < 0): (alpha, F(alpha), rounding noise of F). Near the optimum F changes
+    by less than its rounding, so such steps are accepted (the gradient, not F, then tells
+    whether they help); the callers stop after _MAX_FLAT of them in a row."""
+    noise = 16 * np.finfo(float).eps * abs(f)
+    alpha = 1.0
+    fa = phi(alpha)
+    while fa > f + _ARMIJO * alpha * gd + noise and alpha >= _MIN_STEP:
+        alpha *= 0.5
+        fa = phi(alpha)
+    return alpha, fa, noise
+
 def pcg(hvp, g, minv, eta, max_iter, project=None):
     """Approximately solve H x = -g by preconditioned conjugate gradients from x = 0.
 
@@ -126,7 +140,9 @@ def newton_minimize(problem, x0, *, tol, max_iter, log=None, name="Newton"):
 
     ``problem`` holds the iterate ``problem.x`` and provides ``set_point(x) -> (f, g)``,
     ``direction(g, eta) -> (d, n_hvp)``, ``line(d)`` (returns phi(alpha) = f(x + alpha d)) and
-    ``move(alpha, d) -> (f, g)`` (x += alpha d, after ``line(d)``). Stops when max |g| <= tol.
+    ``move(alpha, d) -> (f, g)`` (x += alpha d, after ``line(d)``). Stops when max |g| <= tol;
+    a line search that no longer decreases F at machine precision also stops the run, which
+    counts as converged when max |g| <= 10 tol (the rounding floor of the gradient).
     Returns (f, g, n_iter, converged, history of f); the minimiser is ``problem.x``.
     """
     f, g = problem.set_point(np.array(x0, dtype=np.float64))
@@ -146,15 +162,7 @@ def newton_minimize(problem, x0, *, tol, max_iter, log=None, name="Newton"):
         gd = float(g @ d)
         if not gd < 0:  # not a descent direction (rounding): fall back to steepest descent
             d, gd = -g, -gnorm * gnorm
-        phi = problem.line(d)
-        # near the optimum F changes by less than its rounding: accept such steps (the gradient,
-        # not F, then tells whether they help), but stop after _MAX_FLAT in a row without a strict decrease
-        noise = 16 * np.finfo(float).eps * abs(f)
-        alpha = 1.0
-        fa = phi(alpha)
-        while fa > f + _ARMIJO * alpha * gd + noise and alpha >= _MIN_STEP:
-            alpha *= 0.5
-            fa = phi(alpha)
+        alpha, fa, noise = _backtrack(problem.line(d), f, gd)
         it += 1
         flat = flat + 1 if not fa < f else 0
         if fa > f + noise or flat >= _MAX_FLAT:  # no decrease left at machine precision
@@ -757,13 +765,7 @@ def lbfgs_minimize(problem, x0, *, tol, max_iter, memory=20, log=None, name="L-B
             d[:] = -g
             gd = -float(g @ g)
             order = []
-        phi = problem.line(d)
-        noise = 16 * np.finfo(float).eps * abs(f)
-        alpha = 1.0
-        fa = phi(alpha)
-        while fa > f + _ARMIJO * alpha * gd + noise and alpha >= _MIN_STEP:
-            alpha *= 0.5
-            fa = phi(alpha)
+        alpha, fa, noise = _backtrack(problem.line(d), f, gd)
         it += 1
         flat = flat + 1 if not fa < f else 0
         if fa > f + noise or flat >= _MAX_FLAT:

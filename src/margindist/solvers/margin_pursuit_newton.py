@@ -286,7 +286,10 @@ def _pcg(prob, g, precond, tol, max_cg):
     while k < max_cg:
         k += 1
         hd = prob.hessp(d)
-        a = rz / float(d @ hd)  # d H d >= lam ||d||^2 > 0
+        dhd = float(d @ hd)  # >= lam ||d||^2 > 0 but for d = 0 (r = 0) or underflow
+        if dhd <= 0.0:
+            break
+        a = rz / dhd
         p += a * d
         zp += a * prob.zv
         r -= a * hd
@@ -330,8 +333,8 @@ def _newton_at_scale(prob, theta, scale, precond, g_ref, *, max_iter, tol, max_c
     history, n_iter, n_cg, converged = [J], 0, 0, False
     while True:
         gnorm = math.sqrt(float(g @ g))
-        if tol is not None and gnorm <= tol * g_ref:
-            converged = True
+        if gnorm == 0.0 or (tol is not None and gnorm <= tol * g_ref):
+            converged = True  # a zero gradient is the minimiser (also with tol=None)
             break
         if n_iter >= max_iter:
             break
