@@ -24,7 +24,7 @@ from margindist.kernels import nystroem_map, resolve_kernel
 ESTIMATORS = {
     "ODM": lambda **kw: md.ODM(kernel="rbf", tol=1e-8, random_state=0, **kw),
     "LDM": lambda **kw: md.LDM(kernel="rbf", tol=1e-8, random_state=0, **kw),
-    "LSSVM": lambda **kw: md.LSSVM(kernel="rbf", **kw),
+    "LSSVM": lambda **kw: md.LSSVM(kernel="rbf", random_state=0, **kw),
     "KMOMD": lambda **kw: md.KMOMD(kernel="rbf", tol=1e-8, random_state=0, **kw),
     "MSVMAv": lambda **kw: md.MSVMAv(kernel="rbf", kernel_prox="rkhs", alpha=2.0, beta=0.5, tol=0.0, max_iter=40,
                                      random_state=0, **kw),

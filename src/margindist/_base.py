@@ -659,8 +659,8 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         if problem.rows is None and full is not None:
             nmap, Z = full
         else:
-            nmap = nystroem_map(problem.kernel, X, n_comp, problem.seed, landmarks=getattr(self, "landmarks", "uniform"),
-                                sample_weight=problem.sample_weight)
+            nmap = nystroem_map(problem.kernel, X, n_comp, problem.seed,
+                                landmarks=getattr(self, "landmarks", "uniform"), sample_weight=problem.sample_weight)
             Z = nmap.transform(problem.kernel, X, X)
         get_logger(getattr(self, "verbose", 0)).info(
             "%s: Nyström approximation with %d landmarks of %d rows (kernel_approximation=%r)",

@@ -256,8 +256,8 @@ class LDM(BaseMarginClassifier):
     }
 
     def __init__(self, lambda1=2**-5, lambda2=2**-5, C=1.0, kernel="linear", gamma="scale", degree=3,
-                 coef0=0.0, kernel_approximation=None, landmarks="uniform", solver="auto", tol=1e-2, max_iter=None, fit_intercept=True,
-                 warm_start=False, class_weight=None, multi_class="ovo", n_jobs=None, random_state=None,
+                 coef0=0.0, kernel_approximation=None, landmarks="uniform", solver="auto", tol=1e-2,
+                 max_iter=None, fit_intercept=True, warm_start=False, class_weight=None, multi_class="ovo", n_jobs=None, random_state=None,
                  verbose=0):
         self.lambda1 = lambda1
         self.lambda2 = lambda2

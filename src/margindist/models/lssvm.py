@@ -15,6 +15,7 @@ from .._params import (
     LANDMARKS,
     MULTICLASS_PARAMS,
     POSITIVE,
+    RANDOM_STATE,
     VERBOSE,
 )
 from ..kernels import kernel_matrix
@@ -85,6 +86,8 @@ class LSSVM(BaseMarginClassifier):
         the "Defaults" table of the hyperparameters page.
     n_jobs : int, default=None
         Parallel sub-problems (joblib) for more than two classes.
+    random_state : int, RandomState instance or None, default=None
+        Only used by ``kernel_approximation`` (the landmark draw).
     verbose : int, default=0
         Log solver choices through the ``margindist`` logger.
 
@@ -152,12 +155,13 @@ class LSSVM(BaseMarginClassifier):
         "max_iter": [Interval(Integral, 1, None, closed="left"), None],
         "cache_size": CACHE_SIZE,
         **MULTICLASS_PARAMS,
+        "random_state": RANDOM_STATE,
         "verbose": VERBOSE,
     }
 
-    def __init__(self, C=1.0, kernel="linear", gamma="scale", degree=3, coef0=0.0, kernel_approximation=None, landmarks="uniform", solver="auto",
-                 tol=1e-10, max_iter=None, cache_size=200, class_weight=None, multi_class="ovo",
-                 n_jobs=None, verbose=0):
+    def __init__(self, C=1.0, kernel="linear", gamma="scale", degree=3, coef0=0.0, kernel_approximation=None,
+                 landmarks="uniform", solver="auto", tol=1e-10, max_iter=None, cache_size=200, class_weight=None, multi_class="ovo",
+                 n_jobs=None, random_state=None, verbose=0):
         self.C = C
         self.kernel = kernel
         self.gamma = gamma
@@ -172,6 +176,7 @@ class LSSVM(BaseMarginClassifier):
         self.class_weight = class_weight
         self.multi_class = multi_class
         self.n_jobs = n_jobs
+        self.random_state = random_state
         self.verbose = verbose
 
     def _fit_binary(self, problem):

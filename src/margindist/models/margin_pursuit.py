@@ -383,8 +383,9 @@ class MarginPursuit(BaseMarginClassifier):
         ``rescale_after`` (one pass each), on that call's samples. ``fit`` with
         ``solver="sgd", max_iter=E, tol=None`` equals E calls of ``partial_fit`` on the same
         data with the same ``random_state``; after a ``fit`` with the Newton or GD solver (the
-        default ``solver="auto"`` fits with Newton), ``partial_fit`` starts a fresh SGD stream. ``class_weight="balanced"`` is not available here (the class
-        frequencies of a stream are unknown); pass a dict.
+        default ``solver="auto"`` fits with Newton), ``partial_fit`` starts a fresh SGD stream.
+        ``class_weight="balanced"`` is not available here (the class frequencies of a stream
+        are unknown); pass a dict.
 
         Parameters
         ----------

@@ -236,8 +236,8 @@ class ODM(BaseMarginClassifier):
         "verbose": VERBOSE,
     }
 
-    def __init__(self, lam="auto", mu=0.8, theta=0.2, kernel="linear", gamma="scale", degree=3, coef0=0.0, kernel_approximation=None, landmarks="uniform",
-                 solver="auto", tol=1e-3, max_iter=1000, fit_intercept=True, cache_size=200,
+    def __init__(self, lam="auto", mu=0.8, theta=0.2, kernel="linear", gamma="scale", degree=3, coef0=0.0,
+                 kernel_approximation=None, landmarks="uniform", solver="auto", tol=1e-3, max_iter=1000, fit_intercept=True, cache_size=200,
                  warm_start=False, class_weight=None, multi_class="ovo", n_jobs=None, random_state=None,
                  verbose=0):
         self.lam = lam
