@@ -507,13 +507,14 @@ class MarginPursuitCV(_MarginCV):
     _estimator, _method, _path_parameter = MarginPursuit, "margin_pursuit", "lam"
     _fallback_grid = {"lam": [1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1]}
     _doc = ("Margin pursuit with its ridge penalty lam chosen by cross-validation.",
-            ", warm-started with the full-batch gd solver and a tolerance",
+            ", warm-started with the exact solvers (newton, gd) and a tolerance when the loss scale is "
+            "fixed (rescale=False: the data-driven rescaling depends on the path from w = 0)",
             "the paper fixes lam, so the default grid is lam in 1e-6, 1e-5, ..., 1e-1, Pegasos' usual range",
             '{"lam": [1e-4, 1e-3]}')
 
     @staticmethod
     def _exact_warm_start(est) -> bool:
-        return est.solver == "gd" and est.tol is not None
+        return est.solver in ("gd", "newton", "auto") and est.tol is not None and not est.rescale
 
 
 class LSSVMCV(_MarginCV):
