@@ -16,8 +16,10 @@ from margindist.datasets import load_dataset
 from margindist.kernels import KernelSpec, kernel_matrix, resolve_kernel
 from margindist.models.kmomd import KMOMD
 from margindist.solvers.kmomd import (
+    _NEWTON_MAX_CG,
     _neg_dual,
     _waterfill,
+    _woodbury_preconditioner,
     kmomd_kernel,
     kmomd_linear,
     kmomd_objective,
@@ -513,6 +515,23 @@ def test_newton_phase_reaches_the_qp_optimum(lam):
     assert nt.n_iter < smo.n_iter
 
 
+@pytest.mark.parametrize("a2", [1.8, 0.4])
+def test_woodbury_preconditioner_is_the_inverse_of_p(a2):
+    """R -> P^-1 R for P = diag(Dp) + a2 Y A^T A Y, against the dense inverse (a2 != 1, signed y)."""
+    from scipy.linalg import cho_factor
+
+    rng = np.random.default_rng(40)
+    n, r = 30, 6
+    A = rng.standard_normal((r, n))
+    Dp = rng.uniform(0.2, 2.0, n)
+    yI = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+    M = np.eye(r) + a2 * ((A / Dp) @ A.T)
+    prec = _woodbury_preconditioner(Dp, yI / Dp, A, cho_factor(M), a2)
+    P = np.diag(Dp) + a2 * (yI[:, None] * (A.T @ A) * yI[None, :])
+    R = rng.standard_normal((2, n))
+    np.testing.assert_allclose(prec(R), np.linalg.solve(P, R.T).T, rtol=1e-10, atol=1e-12)
+
+
 def test_newton_phase_alone_satisfies_kkt():
     """The active-set iterations end on the exact optimum: the SMO after them only checks."""
     X, y = _data(m=120, seed=32, sep=0.5)
@@ -520,6 +539,8 @@ def test_newton_phase_alone_satisfies_kkt():
     spec = resolve_kernel("rbf", X, gamma=1.0)
     res = kmomd_kernel(spec, X, y, None, lam, tol=1e-6, newton=True)
     assert res.converged and res.n_iter == 2 * y.size  # no pair update after the Newton point
+    # preconditioned CG: about 24 products a solve here (90 with an indefinite preconditioner)
+    assert 0 < res.cg_iter <= 40 * res.newton_iter < _NEWTON_MAX_CG
     G = kernel_matrix(spec, X)
     grad = 2 * (1 - lam) * y * (G @ (y * res.gamma)) + 2 * lam * res.gamma
     for c in (1.0, -1.0):

@@ -110,8 +110,8 @@ class KMOMDResult(SolverResult):
     updates (first entry: the start point); coef : v as an explicit vector (linear back end);
     lbfgs_iter : L-BFGS iterations of the linear start point (``init="lbfgs"``); newton_iter :
     active-set Newton iterations of the kernel solver (``newton``), or Newton iterations of the
-    linear :func:`~margindist.solvers.kmomd_newton.kmomd_newton`; cg_iter : its conjugate-gradient
-    steps.
+    linear :func:`~margindist.solvers.kmomd_newton.kmomd_newton`; cg_iter : their
+    conjugate-gradient steps (kernel solver: products with the reduced Hessian, over all solves).
     """
 
     gamma: np.ndarray
@@ -526,9 +526,10 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
 
     The products with K_II read the principal block of K on I, gathered once per iteration when
     it fits in ``block_bytes``, else the full cached rows of I. Needs the kernel rows of every
-    example of I in the cache at once. Returns (gamma, G,
-    iterations) with gamma feasible (negative weights dropped, each class renormalised) and G its
-    exact gradient, or None when the phase cannot run (rows do not fit) or ends without a point.
+    example of I in the cache at once. Returns (gamma, G, iterations, conjugate-gradient
+    products with H) with gamma feasible (negative weights dropped, each class renormalised) and
+    G its exact gradient, or None when the phase cannot run (rows do not fit) or ends without a
+    point.
     """
     from scipy.linalg import cho_factor
 
@@ -549,7 +550,7 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
     block = [None]  # one buffer for the principal blocks of every iteration
     I_M = np.zeros(m, dtype=bool)
     X_prev = np.zeros((2, m))
-    n_it = 0
+    n_it = n_cg = 0
     for n_it in range(1, _NEWTON_MAX_ITER + 1):
         idx = np.flatnonzero(I)
         n = idx.size
@@ -561,7 +562,7 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
         if rank:  # M = I + 2 (1 - lam) F_I diag(1 / Dp) F_I^T, updated for the examples that changed
             M = _update_capacitance(M, F, A, Dp, I, I_M, a2, b2 * inv_w, dres)
             I_M = I.copy()
-        prec = _woodbury_preconditioner(Dp, a2 * yI / Dp, A, cho_factor(M) if rank else None, a2)
+        prec = _woodbury_preconditioner(Dp, yI / Dp, A, cho_factor(M) if rank else None, a2)
         kmul = _kernel_block_product(cache, idx, block_bytes, block)
 
         def hmul(V):
@@ -569,7 +570,7 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
 
         B = np.vstack([pos[idx], ~pos[idx]]).astype(np.float64)
         Xs = X_prev[:, idx]  # warm start: the previous solutions, 0 on examples that just entered
-        _cg_two_rhs(hmul, prec, B, Xs, first=n_it == 1, cg_tol=cg_tol, final_tol=final_tol)
+        n_cg += _cg_two_rhs(hmul, prec, B, Xs, first=n_it == 1, cg_tol=cg_tol, final_tol=final_tol)
         X_prev[:] = 0.0
         X_prev[:, idx] = Xs
         S = Xs @ B.T  # S[c, c'] = sum over class c' of the solution for class c
@@ -593,7 +594,8 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
                 break
         prev_changes = changes
         I = I_new
-    return _feasible_point(state, y, idx, gI, pos, a2, b2 * inv_w, n_it)
+    out = _feasible_point(state, y, idx, gI, pos, a2, b2 * inv_w)
+    return None if out is None else (*out, n_it, n_cg)
 
 
 def _update_capacitance(M, F, A, Dp, I, I_M, a2, b2_inv_w, dres):
@@ -648,15 +650,15 @@ def _kernel_block_product(cache, idx, block_bytes, block):
 def _cg_two_rhs(hmul, prec, B, Xs, *, first, cg_tol, final_tol):
     """Preconditioned conjugate gradients for H Xs = B (two right-hand sides, rows of B), from
     Xs in place; stops at the relative residual ``cg_tol`` or, once ``cg_tol <= final_tol``, at
-    the absolute residual ``final_tol``."""
+    the absolute residual ``final_tol``. Returns the number of products with H."""
     R = B.copy() if first else B - hmul(Xs)
     Z = prec(R)
     P = Z.copy()
     rz = np.sum(R * Z, axis=1)
-    for _ in range(_NEWTON_MAX_CG):
-        if (np.max(np.abs(R)) <= final_tol if cg_tol <= final_tol else
+    for it in range(_NEWTON_MAX_CG + 1):
+        if it == _NEWTON_MAX_CG or (np.max(np.abs(R)) <= final_tol if cg_tol <= final_tol else
                 np.max(np.sum(R * R, axis=1) / np.sum(B, axis=1)) <= cg_tol * cg_tol):
-            break
+            return it + (not first)
         HP = hmul(P)
         alpha = rz / np.sum(P * HP, axis=1)
         Xs += alpha[:, None] * P
@@ -674,8 +676,8 @@ def _kmomd_gradient(state, y, g, rows, a2, b2_inv_w):
     return a2 * y * s_all[0] + b2_inv_w * g
 
 
-def _feasible_point(state, y, idx, gI, pos, a2, b2_inv_w, n_it):
-    """(gamma, its gradient, n_it) from the last iterate: negative weights dropped and each
+def _feasible_point(state, y, idx, gI, pos, a2, b2_inv_w):
+    """(gamma, its gradient) from the last iterate: negative weights dropped and each
     class renormalised; None when a class is left without weight."""
     g = np.zeros(y.shape[0])
     g[idx] = np.maximum(gI, 0.0)
@@ -684,7 +686,7 @@ def _feasible_point(state, y, idx, gI, pos, a2, b2_inv_w, n_it):
         if not total > 0:
             return None
         g[cls] /= total
-    return g, _kmomd_gradient(state, y, g, np.flatnonzero(g > 0), a2, b2_inv_w), n_it
+    return g, _kmomd_gradient(state, y, g, np.flatnonzero(g > 0), a2, b2_inv_w)
 
 
 def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-3, max_iter=10_000_000,
@@ -771,7 +773,7 @@ def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-
     smo = _SMORun(True, cache.state, np.ascontiguousarray(cache.diag, dtype=np.float64), make_rows(np.zeros((0, 0))),
                   np.zeros(0), y, w, lam, gamma, G, tol=tol, history_every=history_every)
     use_newton = newton is True or (newton == "auto" and m >= _NEWTON_MIN_M and 0.0 < lam < 1.0)
-    n_newton = 0
+    n_newton = n_cg = 0
     if use_newton and lam > 0.0:
         # a warm start already has (about) the support: the Newton phase may start right away
         smo.run(min(max_iter, 0 if warm else _NEWTON_AFTER * m))
@@ -779,7 +781,7 @@ def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-
         if smo.status == "max_iter" and smo.it < max_iter and (far or newton is True):
             out = _newton_phase(cache, y, w, lam, smo.gamma, tol, max_bytes // 2)
             if out is not None:
-                g_new, G_new, n_newton = out
+                g_new, G_new, n_newton, n_cg = out
                 if 0.5 * float(g_new @ G_new) < smo.obj:
                     smo.restart(g_new, G_new)
                     smo.hist.append(np.array([smo.obj]))
@@ -788,7 +790,7 @@ def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-
     gamma, G = smo.gamma, smo.G
     s = y * (G - 2.0 * lam * gamma / w) / (2.0 * (1.0 - lam))
     res = _result(gamma, s, y, w, lam, smo.it, smo.violation, smo.status, smo.history, perm=perm)
-    res.newton_iter = n_newton
+    res.newton_iter, res.cg_iter = n_newton, n_cg
     return res
 
 
