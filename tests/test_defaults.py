@@ -64,6 +64,7 @@ def test_margin_pursuit_auto_lam_is_one_over_total_weight():
     for S in (7.0, 1e3, 2e6):
         assert margin_pursuit_lam("auto", S) == pytest.approx(1.0 / S)
         assert margin_pursuit_lam("auto", S, 7.0) == pytest.approx(1.0 / (7.0 * S))
+        assert margin_pursuit_lam("auto", S, 0.5) == pytest.approx(1.0 / S)  # below s = 1: the slope
     assert margin_pursuit_lam(1e-3, 5.0) == 1e-3
 
 

@@ -108,7 +108,8 @@ class MarginPursuit(BaseMarginClassifier):
         weights) and s_0 the loss scale at the start (``scale`` or its ``"auto"`` value). Near
         the margin level the loss is (gamma - m)^2 / (2 s), so J times 1 / lam is
         1/2 ||w||^2 + C sum_i s_i (gamma - m_i)^2 / 2 with C = 1 / (lam S s_0): LinearSVC's
-        default C = 1 (see :func:`margindist._defaults.margin_pursuit_lam`). With
+        default C = 1 (s_0 is taken as 1 when smaller: a handful of samples; see
+        :func:`margindist._defaults.margin_pursuit_lam`). With
         ``solver="sgd"`` and in :meth:`partial_fit` it is 1 / S (C = 1 on the loss's slope):
         Pegasos' steps 1 / (lam t) grow with 1 / lam, and the smaller value left its default
         passes short of the optimum (0.681 against 0.718 on a dense 120k x 100 problem). A fixed lam
