@@ -231,11 +231,24 @@ def test_margin_pursuit_newton_fits_the_far_boundary():
     assert not warned and np.mean(est.predict(_FAR_BOUNDARY) == y) == 1.0
 
 
-@pytest.mark.parametrize("name, X", [("FMM", _FAR_BOUNDARY), ("LDM-asgd", _FAR_BOUNDARY), ("LDM", _TINY_FEATURES)])
-def test_formerly_hard_cases_warn_about_the_scale(name, X):
+_TINY_WEIGHTED = np.array([[9.97758193e-05, 0.0, 2.57937092e-05, 0.0, 9.24700124e-04],
+                           [0.0, 7.93047900e-05, 0.0, 8.51545147e-05, 7.99862183e-04],
+                           [8.71642188e-05, 4.62007639e-05, 8.68949122e-05, 1.11440658e-04, 7.88883206e-04],
+                           [3.83329654e-04, 2.81659621e-04, 2.79182213e-04, 7.72806078e-04, 0.0],
+                           [3.88729832e-04, 1.03007447e-04, 5.30926388e-04, 1.0e-03, 1.58953609e-04],
+                           [3.37077813e-04, 7.53498899e-05, 5.11478169e-04, 8.28375382e-04, 1.00350983e-04]])
+_TINY_WEIGHTS = np.array([2.69827231, 1.91840743, 2.52219715, 1.59455695, 2.13905077, 1.14927105])
+
+
+@pytest.mark.parametrize("name, X, sw", [("FMM", _FAR_BOUNDARY, None), ("LDM-asgd", _FAR_BOUNDARY, None),
+                                         ("LDM", _TINY_FEATURES, None), ("MSVMAv", _TINY_WEIGHTED, _TINY_WEIGHTS)])
+def test_formerly_hard_cases_warn_about_the_scale(name, X, sw):
     # cases the large profile found: the method's defaults assume rows of norm about 1 and it
     # underfitted them silently; it now names the scale (docs/hyperparameters.md)
     y = np.array([-1, -1, -1, 2, 2, 2])
     with pytest.warns(FeatureScaleWarning, match="root-mean-square norm"):
-        CONFIGS[name]().fit(X, y)
-    CONFIGS[name]().fit(X / np.sqrt(np.mean(np.sum(X**2, axis=1))), y)  # rows of norm 1: no warning
+        CONFIGS[name]().fit(X, y, sample_weight=sw)
+    # rows of norm 1: no warning, and the training points are fitted
+    Xn = X / np.sqrt(np.mean(np.sum(X**2, axis=1)))
+    est, warned = _fit(CONFIGS[name](), Xn, y, sw)
+    assert not warned
