@@ -178,45 +178,11 @@ def _fmm_fused(X, yR, logs, step, max_iter, fit_intercept, tol, momentum):
     return w, b, t, margins[:t], dual[:t], converged
 
 
-def fmm(X, y, sample_weight=None, *, step=1.0, max_iter=400, fit_intercept=True, tol=None,
-        momentum=True, method="fused"):
-    """Run the accelerated (or, ``momentum=False``, normalised-gradient) margin maximiser.
-
-    Parameters
-    ----------
-    X : ndarray or CSR matrix (n, d); y : array in {-1, +1}; sample_weight : positive array
-    step : float
-        theta, the step size.
-    max_iter : int
-        T, the number of iterations.
-    tol : float or None
-        Stop early when the certified relative gap (min_t ||Z^T q_t|| - gamma(w_t)) /
-        min_t ||Z^T q_t|| is at most tol (only possible on separable data); None: run T.
-    momentum : bool
-        False: normalised gradient descent instead of the accelerated method.
-    method : {"fused", "two_pass"}
-        One compiled pass over X per iteration, or the original two NumPy/SciPy products
-        (the same iterates up to rounding).
-
-    Returns
-    -------
-    FMMResult (w, b on the scaled features; divide by R for the original units).
-    """
-    y = np.asarray(y, dtype=np.float64)
-    n, d = X.shape
-    sw = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-    with np.errstate(divide="ignore"):
-        logs = np.log(sw)  # a weight of 0 gives -inf: q_i = 0
-    R = row_norm_max(X, fit_intercept)
-    if R == 0.0:
-        return FMMResult(w=np.zeros(d), b=0.0, radius=1.0, n_iter=0, margins=np.empty(0), dual=np.empty(0),
-                         converged=False)
-    yR = y / R
-    if method == "fused":
-        w, b, t, margins, dual, converged = _fmm_fused(X, yR, logs, step, max_iter, fit_intercept, tol, momentum)
-        return FMMResult(w=w, b=b, radius=R, n_iter=t, margins=margins, dual=dual, converged=converged)
-    if method != "two_pass":
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+def _fmm_two_pass(X, yR, logs, step, max_iter, fit_intercept, tol, momentum, sw):
+    """The iteration of :func:`fmm` with two NumPy/SciPy products per iteration (Z^T q, then
+    Z w), from q_0 = sw / sum(sw); returns (w, b, iterations, margins, dual bounds, converged)
+    as :func:`_fmm_fused`."""
+    d = X.shape[1]
 
     def ztq(q):  # Z^T q
         c = q * yR
@@ -263,5 +229,45 @@ def fmm(X, y, sample_weight=None, *, step=1.0, max_iter=400, fit_intercept=True,
         if tol is not None and best_dual > 0 and (best_dual - margins[t - 1]) <= tol * best_dual:
             converged = True
             break
-    return FMMResult(w=w, b=b, radius=R, n_iter=t, margins=margins[:t], dual=dual[:t],
-                     converged=converged)
+    return w, b, t, margins[:t], dual[:t], converged
+
+
+def fmm(X, y, sample_weight=None, *, step=1.0, max_iter=400, fit_intercept=True, tol=None,
+        momentum=True, method="fused"):
+    """Run the accelerated (or, ``momentum=False``, normalised-gradient) margin maximiser.
+
+    Parameters
+    ----------
+    X : ndarray or CSR matrix (n, d); y : array in {-1, +1}; sample_weight : positive array
+    step : float
+        theta, the step size.
+    max_iter : int
+        T, the number of iterations.
+    tol : float or None
+        Stop early when the certified relative gap (min_t ||Z^T q_t|| - gamma(w_t)) /
+        min_t ||Z^T q_t|| is at most tol (only possible on separable data); None: run T.
+    momentum : bool
+        False: normalised gradient descent instead of the accelerated method.
+    method : {"fused", "two_pass"}
+        One compiled pass over X per iteration, or the original two NumPy/SciPy products
+        (the same iterates up to rounding).
+
+    Returns
+    -------
+    FMMResult (w, b on the scaled features; divide by R for the original units).
+    """
+    y = np.asarray(y, dtype=np.float64)
+    n, d = X.shape
+    sw = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        logs = np.log(sw)  # a weight of 0 gives -inf: q_i = 0
+    R = row_norm_max(X, fit_intercept)
+    if R == 0.0:
+        return FMMResult(w=np.zeros(d), b=0.0, radius=1.0, n_iter=0, margins=np.empty(0), dual=np.empty(0),
+                         converged=False)
+    yR = y / R
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    args = (X, yR, logs, step, max_iter, fit_intercept, tol, momentum)
+    w, b, t, margins, dual, converged = _fmm_fused(*args) if method == "fused" else _fmm_two_pass(*args, sw)
+    return FMMResult(w=w, b=b, radius=R, n_iter=t, margins=margins, dual=dual, converged=converged)
