@@ -220,7 +220,7 @@ def approximation_components(estimator, problem: BinaryProblem) -> int | None:
     kernel = problem.kernel
     if value is None or kernel is None or kernel.is_linear:
         return None
-    if kernel.kind in ("precomputed",):
+    if kernel.kind == "precomputed":
         raise ValueError("kernel_approximation needs the features: it cannot be used with kernel='precomputed'; "
                          "use kernel_approximation=None.")
     m = problem.X.shape[0]

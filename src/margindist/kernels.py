@@ -265,9 +265,8 @@ def nystroem_map(spec: KernelSpec, X, n_components: int, seed, *, landmarks: str
     ``"kmeans++"`` by k-means++ seeding in the input space (scikit-learn's
     ``kmeans_plusplus``, D^2 sampling weighted by ``sample_weight``), which spreads them over
     the data and approximates the kernel matrix better for the same number (for the RBF
-    kernel, 1 - k(x, l) grows with ||x - l||)."""
-    if spec.kind == "precomputed":
-        raise ValueError("kernel_approximation needs the features: it cannot be used with kernel='precomputed'.")
+    kernel, 1 - k(x, l) grows with ||x - l||). X holds features (not a precomputed Gram
+    matrix: :func:`margindist._base.approximation_components` rejects that first)."""
     m = X.shape[0]
     if n_components >= m:
         idx = np.arange(m)
