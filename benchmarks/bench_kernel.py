@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
-import platform
 import statistics
 import sys
 import warnings
@@ -42,7 +40,7 @@ import margindist as md
 from margindist.datasets import load_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_linear import timed_fit
+from bench_linear import run_line, timed_fit
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_kernel.md"
 
@@ -168,9 +166,7 @@ def markdown(out, argv):
         f"| {p} | {m} | {n} | {path} | {t:.2f} | {'' if mem is None else f'{mem:.0f}'} | {acc:.4f} | "
         f"{'' if r is None else f'{r:.2f}'} | {'' if pa is None else f'{pa:.4f}'} | {'yes' if w else ''} |\n"
         for p, m, n, path, t, mem, acc, r, pa, w in out)
-    meta = (f"`python benchmarks/bench_kernel.py {' '.join(argv)}` on {platform.machine()}, "
-            f"{os.cpu_count()} logical CPUs (shared), Python {platform.python_version()}\n\n")
-    return "# bench_kernel\n\n" + meta + head + body
+    return "# bench_kernel\n\n" + run_line("bench_kernel.py", argv) + head + body
 
 
 def main(argv=None):

@@ -140,6 +140,12 @@ def show(row_name, r):
           f"{'  WARN' if r['warned'] else ''}", flush=True)
 
 
+def run_line(script, argv):
+    """The command and the machine of a run, for the head of a results file."""
+    return (f"`python benchmarks/{script} {' '.join(argv)}` on {platform.machine()}, "
+            f"{os.cpu_count()} logical CPUs (shared), Python {platform.python_version()}\n\n")
+
+
 def markdown(results, argv):
     head = ("| row | estimator | time (s) | LinearSVC (s) | ratio | test acc | LinearSVC acc | diff (pt) | "
             "peak MiB | LinearSVC peak MiB | t(n)/t(n/2) | LinearSVC t(n)/t(n/2) | ConvergenceWarning |\n"
@@ -149,9 +155,7 @@ def markdown(results, argv):
         f"{r['peer_acc']:.4f} | {100 * (r['acc'] - r['peer_acc']):+.1f} | {_fmt(r['mem'], '.0f')} | "
         f"{_fmt(r['peer_mem'], '.0f')} | {_fmt(r['scale'], '.2f')} | {_fmt(r['peer_scale'], '.2f')} | "
         f"{'yes' if r['warned'] else ''} |\n" for row, r in results)
-    meta = (f"`python benchmarks/bench_linear.py {' '.join(argv)}` on {platform.machine()}, "
-            f"{os.cpu_count()} logical CPUs (shared), Python {platform.python_version()}\n\n")
-    return "# bench_linear\n\n" + meta + head + body
+    return "# bench_linear\n\n" + run_line("bench_linear.py", argv) + head + body
 
 
 def main(argv=None):
