@@ -107,17 +107,14 @@ class KMOMD(BaseMarginClassifier):
     coef0 : float, default=0.0
         Independent term of the ``"poly"`` and ``"sigmoid"`` kernels.
     kernel_approximation : int, "auto" or None, default=None
-        None: the exact kernel model. An int: the linear KM-OMD solver on the Nyström
-        features of that many landmark rows of each sub-problem (``landmarks``,
-        ``random_state``), i.e. the same problem with the kernel matrix replaced by its
-        Nyström approximation; the model is a kernel expansion over the landmarks (prediction
-        costs O(n_landmarks) kernel evaluations per row), and with every row a landmark it is
-        the exact model. ``"auto"``: exact while the sub-problem's m x m Gram matrix fits
-        ``cache_size``, else 1000 landmarks (logged at ``verbose >= 1``). Ignored for the
-        linear kernel; not available with ``kernel="precomputed"``.
+        None: the exact kernel model. An int k: the method's own linear solver on the Nyström
+        features of k landmark rows of each sub-problem, stored as a kernel expansion over the
+        landmarks (the exact model when every row is one). ``"auto"``: exact while the m x m
+        Gram matrix fits ``cache_size``, else 1000 landmarks. Ignored for the linear kernel; not
+        with ``kernel="precomputed"``. See "Kernel approximation" on the hyperparameters page.
     landmarks : {"uniform", "kmeans++"}, default="uniform"
-        How ``kernel_approximation`` picks its landmark rows: uniformly at random, or by
-        k-means++ seeding in the input space (weighted by the sample weights).
+        How ``kernel_approximation`` draws its landmarks (with ``random_state``): uniformly,
+        or by k-means++ seeding in the input space, weighted by the sample weights.
     solver : {"auto", "dual", "primal", "lbfgs", "newton"}, default="auto"
         "dual": the SMO with kernel rows from the row cache (any kernel); for 200 examples or
         more and 0 < lam < 1, when 2 m pair updates leave it far from convergence, an active-set

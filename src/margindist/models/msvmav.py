@@ -194,19 +194,14 @@ class MSVMAv(BaseMarginClassifier):
         exact kernelisation of the linear step (the I term of the paper adds a ridge on the
         coefficients, so with "paper" a linear kernel gives a slightly different model).
     kernel_approximation : int, "auto" or None, default=None
-        None: the exact kernel model. An int: the linear solver on the Nyström features of
-        that many landmark rows, drawn uniformly from each sub-problem's rows
-        (``random_state``), i.e. the same objective with the kernel matrix replaced by its
-        Nyström approximation; the model is a kernel expansion over the landmarks, and with
-        every row a landmark it is the exact model (``kernel_prox="rkhs"``; the paper's
-        proximal metric I + K has no feature-space form). For large m, where the exact kernel
-        path's O(m^3) factorisation is too slow. ``"auto"``: exact while the sub-problem's
-        m x m Gram matrix fits ``cache_size``, else 1000 landmarks. Ignored for the linear
-        kernel; not available with ``kernel="precomputed"``.
+        None: the exact kernel model. An int k: the method's own linear solver on the Nyström
+        features of k landmark rows of each sub-problem, stored as a kernel expansion over the
+        landmarks (the exact model when every row is one, with ``kernel_prox="rkhs"``).
+        ``"auto"``: exact while the m x m Gram matrix fits ``cache_size``, else 1000
+        landmarks. Ignored for the linear kernel; not with ``kernel="precomputed"``. See "Kernel approximation" on the hyperparameters page.
     landmarks : {"uniform", "kmeans++"}, default="uniform"
-        How ``kernel_approximation`` picks its landmark rows: uniformly at random, or by
-        k-means++ seeding in the input space (weighted by the sample weights), which covers
-        the data better for the same number of landmarks at an O(m k d) cost.
+        How ``kernel_approximation`` draws its landmarks (with ``random_state``): uniformly,
+        or by k-means++ seeding in the input space, weighted by the sample weights.
     cache_size : float, default=500
         MiB for the cache of the kernel path's factorisations (the inverse of diag(1/s) + K with
         K, or an eigendecomposition; least recently used first out) that one ``fit`` holds:

@@ -83,18 +83,14 @@ class ODM(BaseMarginClassifier):
     coef0 : float, default=0.0
         Independent term of the ``"poly"`` and ``"sigmoid"`` kernels.
     kernel_approximation : int, "auto" or None, default=None
-        None: the exact kernel model. An int: the method's linear solver on the Nyström
-        features of that many landmark rows, drawn uniformly from each sub-problem's rows
-        (``random_state``), i.e. the same objective with the kernel matrix replaced by its
-        Nyström approximation; the model is a kernel expansion over the landmarks (prediction
-        costs O(n_landmarks) kernel evaluations per row), and with every row a landmark it is
-        the exact model. ``"auto"``: exact while the sub-problem's m x m Gram matrix fits
-        ``cache_size``, else 1000 landmarks (logged at ``verbose >= 1``). Ignored for the linear
-        kernel; not available with ``kernel="precomputed"``.
+        None: the exact kernel model. An int k: the method's own linear solver on the Nyström
+        features of k landmark rows of each sub-problem, stored as a kernel expansion over the
+        landmarks (the exact model when every row is one). ``"auto"``: exact while the m x m
+        Gram matrix fits ``cache_size``, else 1000 landmarks. Ignored for the linear kernel; not
+        with ``kernel="precomputed"``. See "Kernel approximation" on the hyperparameters page.
     landmarks : {"uniform", "kmeans++"}, default="uniform"
-        How ``kernel_approximation`` picks its landmark rows: uniformly at random, or by
-        k-means++ seeding in the input space (weighted by the sample weights), which covers
-        the data better for the same number of landmarks at an O(m k d) cost.
+        How ``kernel_approximation`` draws its landmarks (with ``random_state``): uniformly,
+        or by k-means++ seeding in the input space, weighted by the sample weights.
     solver : {"auto", "dcd", "newton", "svrg"}, default="auto"
         * ``"dcd"``: dual coordinate descent (linear: O(nnz(x_i)) per step, w maintained;
           kernel: kernel columns on demand from an LRU cache of ``cache_size`` MiB). Stops
