@@ -639,13 +639,13 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         n_comp = approximation_components(self, BinaryProblem(X=X, y=None, sample_weight=sw, kernel=spec))
         if n_comp is None:
             return None
-        landmarks = getattr(self, "landmarks", "uniform")
+        key = (spec, n_comp, getattr(self, "landmarks", "uniform"), seed)
+        return self._fit_shared("nystroem", key, lambda: self._nystroem_features(spec, X, sw, n_comp, seed), X)
 
-        def make():
-            nmap = nystroem_map(spec, X, n_comp, seed, landmarks=landmarks, sample_weight=sw)
-            return nmap, nmap.transform(spec, X, X)
-
-        return self._fit_shared("nystroem", (spec, n_comp, landmarks, seed), make, X)
+    def _nystroem_features(self, spec, X, sw, n_comp, seed):
+        """(map, features of X) for ``n_comp`` landmarks of X drawn by ``self.landmarks``."""
+        nmap = nystroem_map(spec, X, n_comp, seed, landmarks=getattr(self, "landmarks", "uniform"), sample_weight=sw)
+        return nmap, nmap.transform(spec, X, X)
 
     def _solve_binary(self, problem: BinaryProblem, full=None) -> BinaryModel:
         """``_fit_binary(problem)``, or, with ``kernel_approximation``, the method's linear path
@@ -659,9 +659,7 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         if problem.rows is None and full is not None:
             nmap, Z = full
         else:
-            nmap = nystroem_map(problem.kernel, X, n_comp, problem.seed,
-                                landmarks=getattr(self, "landmarks", "uniform"), sample_weight=problem.sample_weight)
-            Z = nmap.transform(problem.kernel, X, X)
+            nmap, Z = self._nystroem_features(problem.kernel, X, problem.sample_weight, n_comp, problem.seed)
         get_logger(getattr(self, "verbose", 0)).info(
             "%s: Nyström approximation with %d landmarks of %d rows (kernel_approximation=%r)",
             type(self).__name__, nmap.landmarks.size, X.shape[0], self.kernel_approximation)
