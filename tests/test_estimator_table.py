@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _data import scaled
+from _data import separable as _separable_data
 from sklearn.datasets import load_iris, make_classification
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.preprocessing import MinMaxScaler, StandardScaler
+from sklearn.preprocessing import StandardScaler
 
 import margindist as md
-from margindist.datasets import load_dataset
 
 pytestmark = pytest.mark.usefixtures("single_blas_thread")
 
@@ -29,14 +30,7 @@ pytestmark = pytest.mark.usefixtures("single_blas_thread")
 # data: each function returns a fresh (X, y); the expensive part is cached
 
 
-@functools.cache
-def _scaled(name, n=None, seed=0):
-    X, y = load_dataset(name)
-    X = MinMaxScaler().fit_transform(X)
-    if n is not None and n < X.shape[0]:
-        idx = np.random.default_rng(seed).choice(X.shape[0], n, replace=False)
-        X, y = X[idx], y[idx]
-    return X, y
+_scaled = functools.cache(scaled)
 
 
 def _zeroed(X, below):
@@ -70,13 +64,7 @@ def gaussian(m, d, seed, noise, below=None):
 def separable(seed, below=None, n=60, d=5, gap=0.1):
     """Origin-symmetric linearly separable data (the FMM tests)."""
     def make():
-        rng = np.random.default_rng(seed)
-        X = rng.normal(size=(n, d))
-        w = rng.normal(size=d)
-        s = X @ w / np.linalg.norm(w)
-        X, s = X[np.abs(s) > gap], s[np.abs(s) > gap]
-        y = np.sign(s)
-        X, y = np.vstack([X, -X]), np.r_[y, -y]
+        X, y = _separable_data(n=n, d=d, seed=seed, gap=gap)
         return (X if below is None else _zeroed(X, below)), y
     return make
 

@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
+from _data import separable as _separable
 from scipy.optimize import nnls
 from sklearn.datasets import load_iris
 from sklearn.exceptions import ConvergenceWarning
@@ -17,16 +18,6 @@ from sklearn.svm import SVC
 
 from margindist.models.fmm import FMM
 from margindist.solvers.fmm import fmm
-
-
-def _separable(n=60, d=5, seed=0, gap=0.1):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, d))
-    w = rng.normal(size=d)
-    s = X @ w / np.linalg.norm(w)
-    X, s = X[np.abs(s) > gap], s[np.abs(s) > gap]
-    y = np.sign(s)
-    return np.vstack([X, -X]), np.r_[y, -y]  # origin-symmetric
 
 
 def _svc_margin(X, y):

@@ -5,13 +5,12 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _data import scaled as _scaled
 from _msvmav_oracles import kernel_factor_loop
 from _numdiff import central_diff
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics.pairwise import rbf_kernel
-from sklearn.preprocessing import MinMaxScaler
 
-from margindist.datasets import load_dataset
 from margindist.metrics import msvmav_bound_term, semivariance
 from margindist.models.msvmav import MSVMAv
 from margindist.solvers.msvmav import (
@@ -26,13 +25,6 @@ from margindist.solvers.msvmav._cg import CGSystem
 UPDATES = ["sherman-morrison", "batched", "cg"]
 
 
-def _scaled(name, n=None, seed=0):
-    X, y = load_dataset(name)
-    X = MinMaxScaler().fit_transform(X)
-    if n is not None and n < X.shape[0]:
-        idx = np.random.default_rng(seed).choice(X.shape[0], n, replace=False)
-        X, y = X[idx], y[idx]
-    return X, y
 
 
 def _pm(y):
