@@ -148,20 +148,27 @@ def _xt_dot(X, G):
     return np.asarray(Gc.T @ X, dtype=np.float64)
 
 
+@njit(cache=True, inline="always")
+def shifted_exp_row(S, i, out):
+    """out[i, k] = exp(S[i, k] - max_k S[i, k]); returns (the max, the row sum of out)."""
+    K = S.shape[1]
+    m = S[i, 0]
+    for k in range(1, K):
+        m = max(m, S[i, k])
+    tot = 0.0
+    for k in range(K):
+        out[i, k] = math.exp(S[i, k] - m)
+        tot += out[i, k]
+    return m, tot
+
+
 @njit(cache=True)
 def _softmax_term(S, y, s, G):
     """sum_i s_i CE(S_i, y_i); G = dF/dS. One pass, no temporaries."""
     n, K = S.shape
     val = 0.0
     for i in range(n):
-        m = S[i, 0]
-        for k in range(1, K):
-            m = max(m, S[i, k])
-        tot = 0.0
-        for k in range(K):
-            e = math.exp(S[i, k] - m)
-            G[i, k] = e
-            tot += e
+        m, tot = shifted_exp_row(S, i, G)
         val += s[i] * (math.log(tot) - (S[i, y[i]] - m))
         c = s[i] / tot
         for k in range(K):

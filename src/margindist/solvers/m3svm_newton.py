@@ -65,6 +65,7 @@ from .m3svm import (
     data_term,
     pair_sq_distances,
     pairwise_penalty,
+    shifted_exp_row,
 )
 
 __all__ = [
@@ -453,13 +454,7 @@ def _softmax_curvature(S, s, C, Q):
     """H_i = s_i (diag(p) - p p^T) as (c, q) = (s_i p, p), p = softmax(S_i)."""
     n, K = S.shape
     for i in range(n):
-        m = S[i, 0]
-        for k in range(1, K):
-            m = max(m, S[i, k])
-        tot = 0.0
-        for k in range(K):
-            Q[i, k] = math.exp(S[i, k] - m)
-            tot += Q[i, k]
+        _, tot = shifted_exp_row(S, i, Q)
         for k in range(K):
             Q[i, k] /= tot
             C[i, k] = s[i] * Q[i, k]
