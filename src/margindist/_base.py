@@ -30,7 +30,9 @@ for streaming methods ``_partial_fit_binary`` (the per-method step of the shared
 
 from __future__ import annotations
 
+import functools
 import logging
+import numbers
 import sys
 from dataclasses import dataclass, field, replace
 from itertools import combinations
@@ -59,6 +61,7 @@ from ._validation import (
 from .kernels import (
     KernelSpec,
     kernel_decision,
+    kernel_matrix,
     nystroem_map,
     resolve_kernel,
     rkhs_norm_sq,
@@ -250,6 +253,20 @@ def combined_sample_weight(sample_weight, class_weight, X, y, classes) -> np.nda
     if sw.sum() <= 0:
         raise ValueError("The sample weights (times class weights) sum to zero: nothing to fit.")
     return sw
+
+
+def _problem_seeds(random_state, n: int) -> np.ndarray:
+    """One seed per sub-problem, drawn from ``check_random_state(random_state)``."""
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        return np.array(_int_problem_seeds(int(random_state), n))
+    return check_random_state(random_state).randint(0, 2**31 - 1, size=n)
+
+
+@functools.lru_cache(maxsize=256)
+def _int_problem_seeds(random_state: int, n: int) -> tuple:
+    """:func:`_problem_seeds` of an int, kept (seeding a RandomState costs ~0.1 ms, and a grid
+    search fits every point with the same random_state)."""
+    return tuple(check_random_state(random_state).randint(0, 2**31 - 1, size=n).tolist())
 
 
 def _take_rows(X, idx, pairwise: bool):

@@ -29,6 +29,8 @@ tests were fitted to those streams).
 
 from __future__ import annotations
 
+import functools
+import numbers
 from collections import namedtuple
 
 import numpy as np
@@ -205,11 +207,24 @@ def seed_from(random_state) -> np.ndarray:
     draws it from NumPy's global generator (scikit-learn's convention: ``np.random.seed`` makes it
     reproducible).
     """
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        seed = _int_seed(int(random_state))  # kept: a grid search seeds every fit alike
+    else:
+        seed = _draw_seed(random_state)
+    return np.array([seed], dtype=np.uint64)
+
+
+def _draw_seed(random_state) -> int:
     from sklearn.utils import check_random_state
 
-    rs = check_random_state(random_state)
-    seed = int(rs.randint(1, 2**31 - 1)) * 2654435761 + 1
-    return np.array([seed % (2**64 - 1) or 1], dtype=np.uint64)
+    seed = int(check_random_state(random_state).randint(1, 2**31 - 1)) * 2654435761 + 1
+    return seed % (2**64 - 1) or 1
+
+
+@functools.lru_cache(maxsize=1024)
+def _int_seed(random_state: int) -> int:
+    """:func:`_draw_seed` of an int, kept (seeding a RandomState costs ~0.1 ms)."""
+    return _draw_seed(random_state)
 
 
 @njit(cache=True)
