@@ -625,7 +625,7 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         prev = getattr(self, "_warm_state", None) if getattr(self, "warm_start", False) else None
         warm = prev["states"] if prev is not None and prev["key"] == key else [None] * len(problems)
         if hasattr(self, "random_state"):
-            seeds = check_random_state(self.random_state).randint(0, 2**31 - 1, size=len(problems))
+            seeds = _problem_seeds(self.random_state, len(problems))
         else:  # deterministic methods: no draw from the global random state
             seeds = np.zeros(len(problems), dtype=np.int64)
         n_jobs = getattr(self, "n_jobs", None)
@@ -774,12 +774,32 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         if all(model.norm_sq is not None for model in models):  # known to the solvers
             norm_sq = np.array([model.norm_sq for model in models], dtype=np.float64)
         else:
-            Z = X[np.ix_(support, support)] if self._pairwise() else self.support_vectors_
-            norm_sq = rkhs_norm_sq(spec, Z, self.dual_coef_.T)
+            norm_sq = self._expansion_norm_sq(spec, X, support)
         self.weight_norm_ = np.sqrt(np.maximum(norm_sq, 0.0))
         # indices into the X given to fit (before weight-0 rows were dropped)
         self.support_ = support if keep is None else keep[support]
         self.n_support_ = np.array([np.count_nonzero(full[p]) for p in range(P)])
+
+    def _expansion_norm_sq(self, spec, X, support):
+        """Squared RKHS norms of the fitted expansions ``dual_coef_`` over the rows ``support``
+        of X. Fits whose grid points share set-up (:meth:`_fit_shared`) read the kernel values
+        from one Gram matrix of the fold's rows, made once per kernel when it fits in
+        ``cache_size``; other fits evaluate the kernel on the support vectors."""
+        coef = self.dual_coef_.T
+        if self._pairwise():
+            return rkhs_norm_sq(spec, X[np.ix_(support, support)], coef)
+        m = X.shape[0]
+        budget = getattr(self, "cache_size", 200) * 2**20
+        if self._shares_set_up() and self._shared_data.X is X and 8 * m * m <= budget:
+            G = self._fit_shared("gram", spec, lambda: kernel_matrix(spec, X), X)
+            return np.maximum(np.sum(coef * (G[np.ix_(support, support)] @ coef), axis=0), 0.0)
+        return rkhs_norm_sq(spec, self.support_vectors_, coef)
+
+    def _raw_decision_from_block(self, K) -> np.ndarray:
+        """:meth:`_raw_decision_validated` of rows X of a kernel model from ``K = K(X, X_fit)``,
+        the kernel block against every row of the data given to :meth:`fit` (a search fold
+        computes it once per kernel and scores every grid point's model from it)."""
+        return K[:, self.support_] @ self.dual_coef_.T + self.intercept_
 
     def _drop_attributes(self, names):
         """Forget fitted attributes of the other model family (e.g. after a kernel change)."""

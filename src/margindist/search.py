@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from sklearn.utils._param_validation import validate_parameter_constraints
 
+from .kernels import kernel_matrix
+
 __all__ = [
     "Scaled",
     "SearchResult",
@@ -202,9 +204,12 @@ class _Fold:
     scikit-learn's ``GridSearchCV`` does.
     """
 
+    #: Bytes of the held-out kernel block K(test rows, training rows) a fold keeps.
+    block_bytes = 256 * 2**20
+
     def __init__(self, data, scorer):
         self.data, self.scorer = data, scorer
-        self._train = self._test = None
+        self._train = self._test = self._block = None
 
     def fit_score(self, est, changed=None):
         """Fit and score ``est``; ``changed``: the one parameter changed since its last fit here."""
@@ -249,10 +254,31 @@ class _Fold:
         key = est._fit_data_key()
         if self._test is None or self._test[0] != key:
             self._test = (key, est._validate_X(self.data[3], reset=False))
-        D = est._decision_validated(self._test[1])
+        K = self._kernel_block(est)
+        if K is None:
+            D = est._decision_validated(self._test[1])
+        else:
+            D = est._decision(est._raw_decision_from_block(K))
         if not np.all(np.isfinite(D)):
             raise FloatingPointError(f"{type(est).__name__} gives non-finite decision values.")
         return float(np.average(est._labels(D) == self.data[4], weights=self.data[5]))
+
+    def _kernel_block(self, est):
+        """K(test rows, training rows) of ``est``'s kernel when its model is a kernel expansion
+        over the fold's training rows: made once per kernel (the grid points of one kernel
+        share it) when it fits in :attr:`block_bytes` and the expansion covers at least a
+        quarter of the rows (a Nyström model's few landmarks are cheaper to evaluate directly);
+        else None."""
+        spec = getattr(est, "_kernel_fit_", None)
+        if spec is None or est._pairwise():
+            return None
+        if self._block is not None and self._block[0] == spec:
+            return self._block[1]
+        Xte, m = self._test[1], self.data[0].shape[0]
+        if 8 * Xte.shape[0] * m > self.block_bytes or 4 * est.support_.size < m:
+            return None
+        self._block = (spec, kernel_matrix(spec, Xte, self._train.X))
+        return self._block[1]
 
 
 def _walk_fold(build, grid, data, warm_start, exact_warm_start, scorer) -> _FoldOutcome:

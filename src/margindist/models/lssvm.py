@@ -196,6 +196,6 @@ class LSSVM(BaseMarginClassifier):
         if self._shares_set_up() and kernel.kind != "precomputed" and (solver == "cholesky" or 8 * m * m <= budget):
             # grid points on one fold (values of C) share the kernel matrix
             gram = self._fit_shared("gram", kernel, lambda: kernel_matrix(kernel, X), X)
-        a, b, n_iter = lssvm_kernel(kernel, X, y, sample_weight, self.C, solver=solver, tol=self.tol,
-                                    max_iter=self.max_iter, max_bytes=budget, gram=gram)
-        return BinaryModel(dual_coef=a, intercept=b, n_iter=n_iter)
+        res = lssvm_kernel(kernel, X, y, sample_weight, self.C, solver=solver, tol=self.tol,
+                           max_iter=self.max_iter, max_bytes=budget, gram=gram)
+        return BinaryModel(dual_coef=res.coef, intercept=res.b, n_iter=res.n_iter, norm_sq=res.norm_sq)

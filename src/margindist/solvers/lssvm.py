@@ -37,11 +37,14 @@ from ._result import UnpackableResult
 class LSSVMResult(UnpackableResult):
     """An LS-SVM solve: ``coef`` (w of the linear form, or dual_coef = a * y of the kernel form)
     and b; ``n_iter``: 1 for Cholesky, else matrix-vector products of conjugate gradients;
-    ``converged``: every CG solve reached its tolerance. Unpacks as (coef, b, n_iter)."""
+    ``converged``: every CG solve reached its tolerance; ``norm_sq``: the squared RKHS norm
+    coef^T K coef of the kernel form when the kernel matrix was at hand (else None). Unpacks as
+    (coef, b, n_iter)."""
 
     _unpack = ("coef", "b", "n_iter")
     coef: np.ndarray
     b: float
+    norm_sq: float | None = None
 
 
 def _cg(matvec, rhs, tol, max_iter):
@@ -110,8 +113,9 @@ def lssvm_kernel(spec: KernelSpec, X, y, sample_weight, C, *, solver="cholesky",
         nu, info_nu = _cg(counted, np.ones(m), tol, max_iter)
         n_iter, converged = counter["n"], info_eta == 0 and info_nu == 0
     b = float(y @ nu / (y @ eta))
-    a = nu - b * eta
-    return LSSVMResult(coef=a * y, b=b, n_iter=n_iter, converged=bool(converged))
+    c = (nu - b * eta) * y
+    norm_sq = None if G is None else max(float(c @ (G @ c)), 0.0)
+    return LSSVMResult(coef=c, b=b, n_iter=n_iter, converged=bool(converged), norm_sq=norm_sq)
 
 
 def _centred_ridge_solve(X, s, S, xbar, rhs, C):
