@@ -495,8 +495,16 @@ def test_real_data_accuracy_close_to_svc():
 # ------------------------------------------------------------------ active-set Newton phase, float32 rows
 
 
+@pytest.fixture(params=["direct", "pcg"])
+def newton_solves(request, monkeypatch):
+    """The Newton phase's systems solved directly (small m, the default here) or by PCG."""
+    if request.param == "pcg":
+        monkeypatch.setattr("margindist.solvers.kmomd._NEWTON_DIRECT_MAX", 0)
+    return request.param
+
+
 @pytest.mark.parametrize("lam", [0.005, 0.05, 0.5])
-def test_newton_phase_reaches_the_qp_optimum(lam):
+def test_newton_phase_reaches_the_qp_optimum(lam, newton_solves):
     X, y = _data(m=90, seed=30, sep=0.7)
     w = np.random.default_rng(31).uniform(0.3, 3.0, size=y.size)
     spec = resolve_kernel("rbf", X, gamma=0.8)
@@ -532,15 +540,17 @@ def test_woodbury_preconditioner_is_the_inverse_of_p(a2):
     np.testing.assert_allclose(prec(R), np.linalg.solve(P, R.T).T, rtol=1e-10, atol=1e-12)
 
 
-def test_newton_phase_alone_satisfies_kkt():
+def test_newton_phase_alone_satisfies_kkt(newton_solves):
     """The active-set iterations end on the exact optimum: the SMO after them only checks."""
     X, y = _data(m=120, seed=32, sep=0.5)
     lam = 0.02
     spec = resolve_kernel("rbf", X, gamma=1.0)
     res = kmomd_kernel(spec, X, y, None, lam, tol=1e-6, newton=True)
     assert res.converged and res.n_iter == 2 * y.size  # no pair update after the Newton point
-    # preconditioned CG: about 24 products a solve here (90 with an indefinite preconditioner)
-    assert 0 < res.cg_iter <= 40 * res.newton_iter < _NEWTON_MAX_CG
+    if newton_solves == "direct":
+        assert res.cg_iter == 0 and res.newton_iter >= 1
+    else:  # preconditioned CG: about 24 products a solve here (90 with an indefinite preconditioner)
+        assert 0 < res.cg_iter <= 40 * res.newton_iter < _NEWTON_MAX_CG
     G = kernel_matrix(spec, X)
     grad = 2 * (1 - lam) * y * (G @ (y * res.gamma)) + 2 * lam * res.gamma
     for c in (1.0, -1.0):

@@ -65,6 +65,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.linalg as sla
 import scipy.sparse as sp
 from numba import njit
 
@@ -508,6 +509,9 @@ _EARLY_TOL = 0.01
 _NEWTON_RANK = 300
 #: Conjugate-gradient iterations per active-set iteration, at most.
 _NEWTON_MAX_CG = 300
+#: On at most this many examples the Newton phase solves its systems directly (Cholesky of the
+#: principal block of H, O(n^3 / 3) per iteration) instead of by preconditioned conjugate gradients.
+_NEWTON_DIRECT_MAX = 400
 
 
 def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
@@ -522,7 +526,8 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
     gradients with two right-hand sides (one pass over the kernel rows of I per iteration for
     both), preconditioned by P = 2 (1 - lam) Y (F^T F + diag(d)) Y + 2 lam W^-1 from a pivoted
     partial Cholesky factor F of K (Nystrom landmarks chosen greedily among the starting support,
-    residual diagonal d) and the Woodbury identity.
+    residual diagonal d) and the Woodbury identity; on at most ``_NEWTON_DIRECT_MAX`` examples
+    they are direct (Cholesky of H_II, no preconditioner to build).
 
     The products with K_II read the principal block of K on I, gathered once per iteration when
     it fits in ``block_bytes``, else the full cached rows of I. Needs the kernel rows of every
@@ -537,15 +542,20 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
     a2, b2 = 2.0 * (1.0 - lam), 2.0 * lam
     inv_w = 1.0 / w
     pos = y > 0
-    diag = np.ascontiguousarray(cache.diag, dtype=np.float64)
-    r_max = int(min(_NEWTON_RANK, m, max(cache.n_slots // 4, 1)))
-    F = np.zeros((r_max, m))
-    # landmarks among the starting support: the residual matters on the examples that carry weight
-    rank, dres = _pivoted_cholesky(state, diag, gamma > 0, r_max, 0.05 * lam / ((1.0 - lam) * w.max()), F,
-                                   np.zeros(r_max, dtype=np.int64))
-    F = F[:rank]
+    direct = m <= _NEWTON_DIRECT_MAX and m * m * cache.dtype.itemsize <= block_bytes
+    if direct:
+        rank, F, dres = 0, None, None
+    else:
+        diag = np.ascontiguousarray(cache.diag, dtype=np.float64)
+        r_max = int(min(_NEWTON_RANK, m, max(cache.n_slots // 4, 1)))
+        F = np.zeros((r_max, m))
+        # landmarks among the starting support: the residual matters on the examples that carry weight
+        rank, dres = _pivoted_cholesky(state, diag, gamma > 0, r_max, 0.05 * lam / ((1.0 - lam) * w.max()), F,
+                                       np.zeros(r_max, dtype=np.int64))
+        F = F[:rank]
     I = gamma > 0
-    cg_tol, final_tol, prev_changes, stalls = _EARLY_TOL, max(0.1 * tol, 1e-10), np.inf, 0
+    final_tol = max(0.1 * tol, 1e-10)
+    cg_tol, prev_changes, stalls = final_tol if direct else _EARLY_TOL, np.inf, 0
     gI = idx = M = None
     block = [None]  # one buffer for the principal blocks of every iteration
     I_M = np.zeros(m, dtype=bool)
@@ -557,20 +567,23 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
         if n > cache.n_slots or not (pos[idx].any() and (~pos[idx]).any()):
             return None
         yI, iwI = y[idx], inv_w[idx]
-        Dp = a2 * dres[idx] + b2 * iwI
-        A = np.ascontiguousarray(F[:, idx])
-        if rank:  # M = I + 2 (1 - lam) F_I diag(1 / Dp) F_I^T, updated for the examples that changed
-            M = _update_capacitance(M, F, A, Dp, I, I_M, a2, b2 * inv_w, dres)
-            I_M = I.copy()
-        prec = _woodbury_preconditioner(Dp, yI / Dp, A, cho_factor(M) if rank else None, a2)
-        kmul = _kernel_block_product(cache, idx, block_bytes, block)
-
-        def hmul(V):
-            return a2 * yI * kmul(V * yI) + b2 * iwI * V
-
         B = np.vstack([pos[idx], ~pos[idx]]).astype(np.float64)
-        Xs = X_prev[:, idx]  # warm start: the previous solutions, 0 on examples that just entered
-        n_cg += _cg_two_rhs(hmul, prec, B, Xs, first=n_it == 1, cg_tol=cg_tol, final_tol=final_tol)
+        if direct:
+            Xs = _direct_two_rhs(cache, idx, yI, a2, b2 * iwI, B, block)
+        else:
+            Dp = a2 * dres[idx] + b2 * iwI
+            A = np.ascontiguousarray(F[:, idx])
+            if rank:  # M = I + 2 (1 - lam) F_I diag(1 / Dp) F_I^T, updated for the examples that changed
+                M = _update_capacitance(M, F, A, Dp, I, I_M, a2, b2 * inv_w, dres)
+                I_M = I.copy()
+            prec = _woodbury_preconditioner(Dp, yI / Dp, A, cho_factor(M) if rank else None, a2)
+            kmul = _kernel_block_product(cache, idx, block_bytes, block)
+
+            def hmul(V, yI=yI, iwI=iwI, kmul=kmul):
+                return a2 * yI * kmul(V * yI) + b2 * iwI * V
+
+            Xs = X_prev[:, idx]  # warm start: the previous solutions, 0 on examples that just entered
+            n_cg += _cg_two_rhs(hmul, prec, B, Xs, first=n_it == 1, cg_tol=cg_tol, final_tol=final_tol)
         X_prev[:] = 0.0
         X_prev[:, idx] = Xs
         S = Xs @ B.T  # S[c, c'] = sum over class c' of the solution for class c
@@ -596,6 +609,23 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
         I = I_new
     out = _feasible_point(state, y, idx, gI, pos, a2, b2 * inv_w)
     return None if out is None else (*out, n_it, n_cg)
+
+
+def _direct_two_rhs(cache, idx, yI, a2, b2_iwI, B, block):
+    """The solutions of H_II X = B (rows of B and X), H_II = a2 Y K_II Y + diag(b2_iwI), by a
+    Cholesky factorisation (a symmetric indefinite one for a kernel that is not positive
+    semi-definite), the principal block gathered into ``block[0]``."""
+    n = idx.size
+    if block[0] is None or block[0].size < n * n:
+        block[0] = np.empty(n * n, dtype=cache.dtype)
+    Kb = block[0][: n * n].reshape(n, n)
+    _gather_block(cache.state, idx, Kb)
+    H = (a2 * yI)[:, None] * Kb * yI[None, :]
+    H[np.diag_indices(n)] += b2_iwI
+    try:
+        return sla.cho_solve(sla.cho_factor(H, lower=True, check_finite=False), B.T, check_finite=False).T
+    except np.linalg.LinAlgError:
+        return sla.solve(H, B.T, assume_a="sym", check_finite=False).T
 
 
 def _update_capacitance(M, F, A, Dp, I, I_M, a2, b2_inv_w, dres):
