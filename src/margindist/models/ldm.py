@@ -353,6 +353,9 @@ class LDM(BaseMarginClassifier):
         if kernel.is_linear:
             log.info("LDM linear, solver=%s, m=%d d=%d sparse=%s", solver, m, X.shape[1], sp.issparse(X))
             if solver == "dcd":
+                if shared is None and problem.rows is None and self._shares_set_up():
+                    shared = self._fit_shared("linear factor", (l1, B), lambda: LDMLinearFactor(
+                        X, sample_weight, l1, B), X)  # grid points with this lambda1 on one fold
                 w, b, beta, n_iter, _ = ldm_dcd_linear(
                     X, y, sample_weight, l1, l2, C, bias=B, tol=self.tol,
                     max_iter=self.max_iter or _DCD_MAX_ITER, beta0=beta0, random_state=seed, factor=shared,
