@@ -139,7 +139,7 @@ def test_warm_path_equals_cold_fits(case, data):
     X, y = data
     est = cls(grid, **params)
     base = _base(est)
-    assert est._exact_warm_start(base)
+    assert est._exact_warm_start(base, X)
     path = est._path_parameter
     warm = clone(base).set_params(warm_start=True)
     for value in sorted(grid[path]):

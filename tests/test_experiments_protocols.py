@@ -191,7 +191,7 @@ def test_cv_search_warm_starts_along_the_last_parameter(rng):
     y = (X[:, 0] > 0).astype(int)
     folds = _folds(y, 3)
     grid = {"c": [0.1, 1.0, 10.0, 100.0]}
-    exact = lambda est: True
+    exact = lambda est, X: True
     _Spy.built = 0
     cv_search(lambda p: _Spy(**p), grid, X, y, folds, warm_start=True, exact_warm_start=exact)
     assert _Spy.built == 3  # one estimator per fold, refitted along the path
@@ -204,7 +204,7 @@ def test_cv_search_warm_starts_along_the_last_parameter(rng):
               exact_warm_start=exact)
     assert _Spy.built == 6
     # no warm starts where a warm refit is not the cold model (path-dependent solvers)
-    for not_exact in (None, lambda est: False):
+    for not_exact in (None, lambda est, X: False):
         _Spy.built = 0
         cv_search(lambda p: _Spy(**p), grid, X, y, folds, warm_start=True, exact_warm_start=not_exact)
         assert _Spy.built == 12
@@ -220,13 +220,17 @@ def test_registry_warm_starts_only_exact_solvers():
     """Warm starts in a grid search only where a warm refit reaches the cold fit's model."""
     from margindist.experiments.registry import get_method
 
-    def exact(name, **params):
+    X = np.random.default_rng(0).normal(size=(50, 3))
+
+    def exact(name, X=X, **params):
         info = get_method(name)
         est = info.build("linear", params, 0)
-        return info.exact_warm_start is not None and bool(info.exact_warm_start(est))
+        return info.exact_warm_start is not None and bool(info.exact_warm_start(est, X))
 
     assert exact("odm") and exact("kmomd") and exact("m3svm") and exact("ldm", solver="dcd")
     assert not exact("ldm", solver="asgd") and not exact("odm", solver="svrg")
+    # LDM's "auto": the exact DCD on small dense data, averaged SGD on sparse data
+    assert exact("ldm", solver="auto") and not exact("ldm", X=sp.csr_matrix(X), solver="auto")
     assert not exact("margin_pursuit") and not exact("margin_pursuit", solver="gd", tol=None)
     assert not exact("margin_pursuit", solver="gd", tol=1e-6)  # the data-driven rescaling is path-dependent
     assert exact("margin_pursuit", solver="gd", tol=1e-6, rescale=False)

@@ -171,12 +171,12 @@ class _FoldOutcome:
     errors: list = field(default_factory=list)
 
 
-def _can_warm_start(est, key, exact) -> bool:
+def _can_warm_start(est, key, exact, X) -> bool:
     """The estimator can refit from its last solution (a ``warm_start`` parameter), takes
-    ``key`` under that name, and a warm refit reaches the same model as a cold one
-    (``exact(est)``)."""
+    ``key`` under that name, and a warm refit on the training rows X reaches the same model as
+    a cold one (``exact(est, X)``)."""
     params = est.get_params(deep=False)
-    return "warm_start" in params and key in params and exact is not None and bool(exact(est))
+    return "warm_start" in params and key in params and exact is not None and bool(exact(est, X))
 
 
 def fold_data(X, y, sample_weight, train, test, pairwise: bool = False):
@@ -293,11 +293,11 @@ def _walk_fold(build, grid, data, warm_start, exact_warm_start, scorer) -> _Fold
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                if step:
-                    est.set_params(**{keys[-1]: params[keys[-1]]})
+                if step:  # a constructor parameter, validated by the fit (cheaper than set_params)
+                    setattr(est, keys[-1], params[keys[-1]])
                 else:
                     est = build(params)
-                    warm = warm_start and bool(keys) and _can_warm_start(est, keys[-1], exact_warm_start)
+                    warm = warm_start and bool(keys) and _can_warm_start(est, keys[-1], exact_warm_start, data[0])
                     if warm:
                         est.set_params(warm_start=True)
                 out.scores[p], out.fit_times[p], out.score_times[p] = fold.fit_score(est, keys[-1] if step else None)
@@ -330,9 +330,9 @@ def cv_search(build, grid: dict, X, y, folds, *, warm_start=True, exact_warm_sta
     folds : list of (train_idx, val_idx)
     warm_start : bool
         Walk the last parameter with warm starts where that is exact.
-    exact_warm_start : callable(est) -> bool, optional
-        Whether a warm-started refit of ``est`` converges to the cold fit's model (the
-        estimator's ``_exact_warm_start``). Without it, no warm starts: for SGD-type or
+    exact_warm_start : callable(est, X) -> bool, optional
+        Whether a warm-started refit of ``est`` on a fold's training rows X converges to the
+        cold fit's model (the estimator's ``_exact_warm_start``). Without it, no warm starts: for SGD-type or
         fixed-budget solvers a warm-started grid point is a different model from the cold
         refit that is finally evaluated, which would bias the choice.
     scoring : callable(est, X, y) -> float, optional

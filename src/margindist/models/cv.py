@@ -124,8 +124,8 @@ class _MarginCV(ClassifierMixin, BaseEstimator):
         cls.__doc__ = _docstring(summary, cls._estimator, notes, _example(cls.__name__, example_grid))
 
     @staticmethod
-    def _exact_warm_start(est) -> bool:
-        """Whether a warm-started refit of ``est`` converges to the cold fit's model."""
+    def _exact_warm_start(est, X) -> bool:
+        """Whether a warm-started refit of ``est`` on the rows X converges to the cold fit's model."""
         return False
 
     @property
@@ -454,21 +454,24 @@ class ODMCV(_MarginCV):
             '{"lam": [1.0, 64.0], "mu": [0.2]}')
 
     @staticmethod
-    def _exact_warm_start(est) -> bool:
+    def _exact_warm_start(est, X) -> bool:
         return est.solver != "svrg"
 
 
 class LDMCV(_MarginCV):
     _estimator, _method, _path_parameter = LDM, "ldm", "C"
     _doc = ("LDM with lambda1, lambda2, C (and the kernel width) chosen by cross-validation.",
-            ", warm-started where the solver is the exact dual coordinate descent; the kernel set-up "
+            ", warm-started where the solver is the exact dual coordinate descent (with its "
+            "smoothed-hinge Newton start on linear data); the kernel set-up "
             "(O(m^3)) is made once per kernel width and lambda1",
             "the LDM paper's lambda1, lambda2, C and its RBF widths",
             '{"C": [0.5, 1.0], "lambda1": [1e-4]}')
 
     @staticmethod
-    def _exact_warm_start(est) -> bool:
-        return est.solver == "dcd" or (est.solver == "auto" and est.kernel != "linear")
+    def _exact_warm_start(est, X) -> bool:
+        # "auto" is the exact dual coordinate descent except on large or sparse linear data
+        return est.solver == "dcd" or (est.solver == "auto" and (
+            est.kernel != "linear" or est._resolve_solver(X, est._kernel_spec(X)) == "dcd"))
 
 
 class MSVMAvCV(_MarginCV):
@@ -488,7 +491,7 @@ class KMOMDCV(_MarginCV):
             '{"lam": [0.1, 0.5]}')
 
     @staticmethod
-    def _exact_warm_start(est) -> bool:
+    def _exact_warm_start(est, X) -> bool:
         return True
 
 
@@ -499,7 +502,7 @@ class M3SVMCV(_MarginCV):
             '{"lam": [1e-3, 1e-2], "p": [2]}')
 
     @staticmethod
-    def _exact_warm_start(est) -> bool:
+    def _exact_warm_start(est, X) -> bool:
         return est.solver != "adam"
 
 
@@ -513,7 +516,7 @@ class MarginPursuitCV(_MarginCV):
             '{"lam": [1e-4, 1e-3]}')
 
     @staticmethod
-    def _exact_warm_start(est) -> bool:
+    def _exact_warm_start(est, X) -> bool:
         return est.solver in ("gd", "newton", "auto") and est.tol is not None and not est.rescale
 
 
