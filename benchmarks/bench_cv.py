@@ -62,8 +62,9 @@ def _timed(fn, repeats: int):
     return statistics.median(times), out
 
 
-def run_row(name: str, quick: bool, repeats: int) -> dict:
+def run_row(name: str, quick: bool, repeats: int, data: str | None = None) -> dict:
     method, dataset, fixed = ROWS[name]
+    dataset = data or dataset
     X, y = load_dataset(dataset)
     X = MinMaxScaler().fit_transform(X)
     folds = list(StratifiedKFold(5, shuffle=True, random_state=0).split(X, y))
@@ -94,13 +95,14 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="3 values per grid parameter")
     ap.add_argument("--repeats", type=int, default=1, help="timings per side (median)")
     ap.add_argument("--rows", nargs="*", choices=list(ROWS), default=list(ROWS))
+    ap.add_argument("--data", default=None, help="a bundled data set in place of each row's own")
     ap.add_argument("--out", type=Path, default=None, help=f"write the table (e.g. {RESULTS})")
     args = ap.parse_args(argv)
     rows = []
     with threadpool_limits(1), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name in args.rows:
-            rows.append(run_row(name, args.quick, args.repeats))
+            rows.append(run_row(name, args.quick, args.repeats, args.data))
             print(render(rows[-1:]).splitlines()[-1], flush=True)
     table = render(rows)
     print("\n" + table)
