@@ -448,31 +448,42 @@ def smoothed_hinge_start(Z, y, U, wt0, delta_final, v0=None, max_iter=_NEWTON_ST
     large C) where its epochs only creep; the DCD then checks, or completes, the stopping rule.
     Returns (beta, Newton iterations).
     """
-    Yz = Z * y[:, None]
+    Yz = np.ascontiguousarray(Z * y[:, None], dtype=np.float64)
     v = np.array(wt0 if v0 is None else v0, dtype=np.float64)
     delta = 1.0 if v0 is None else delta_final  # a warm start is near the end of the continuation
-    n_it, k = 0, Yz.shape[1]
+    U = np.ascontiguousarray(U, dtype=np.float64)
+    wt0 = np.ascontiguousarray(wt0, dtype=np.float64)
+    delta, n_it = _newton_levels(Yz, U, wt0, v, delta, float(delta_final), int(max_iter))
+    return U * np.clip((1.0 - Yz @ v) / delta, 0.0, 1.0), n_it
+
+
+@njit(cache=True)
+def _newton_levels(Yz, U, wt0, v, delta, delta_final, max_iter):
+    """The Newton iterations of :func:`smoothed_hinge_start` on v (updated in place), for
+    delta = ``delta``, delta / 10, ... down to ``delta_final``. Returns (last delta, iterations)."""
+    m, k = Yz.shape
+    n_it = 0
     while True:
-        g_ref = None
+        g_ref = -1.0
         for _ in range(max_iter):
             t = 1.0 - Yz @ v
-            grad = v - wt0 - Yz.T @ (U * np.clip(t / delta, 0.0, 1.0))
-            gn = float(np.linalg.norm(grad))
-            g_ref = gn if g_ref is None else g_ref
+            h = np.minimum(np.maximum(t / delta, 0.0), 1.0)
+            grad = v - wt0 - Yz.T @ (U * h)
+            gn = np.sqrt(grad @ grad)
+            g_ref = gn if g_ref < 0.0 else g_ref
             if gn <= 1e-12 * max(g_ref, 1.0) or not np.isfinite(gn):
                 break
-            quad = (t > 0.0) & (t < delta)
+            quad = np.nonzero((t > 0.0) & (t < delta))[0]
             A = Yz[quad]
             H = A.T @ (A * (U[quad] / delta)[:, None])
-            H[np.diag_indices(k)] += 1.0
-            p = -np.linalg.solve(H, grad)  # H is positive definite (>= I); small, so one LAPACK call
-            alpha = _line_minimum(Yz @ p, t, U, delta, float((v - wt0) @ p), float(p @ p))
-            v += alpha * p
+            for j in range(k):
+                H[j, j] += 1.0
+            p = -np.linalg.solve(H, grad)  # H is positive definite (>= I)
+            v += _line_minimum(Yz @ p, t, U, delta, (v - wt0) @ p, p @ p) * p
             n_it += 1
         if delta <= delta_final:
-            break
+            return delta, n_it
         delta = max(0.1 * delta, delta_final)
-    return U * np.clip((1.0 - Yz @ v) / delta, 0.0, 1.0), n_it
 
 
 def ldm_dcd_linear(X, y, sample_weight, lambda1, lambda2, C, *, bias=1.0, tol=1e-3, max_iter=1000,
