@@ -55,8 +55,9 @@ from ._validation import (
     check_class_totals,
     check_class_weight,
     check_labels,
+    feature_scale_problem,
     warn_degenerate,
-    warn_feature_scale,
+    warn_scale_problem,
 )
 from .kernels import (
     KernelSpec,
@@ -485,10 +486,10 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         else:
             keep, X_fit, y_fit, sw_fit = None, X, y_index, sw
         spec = self._kernel_spec(X_fit, sw_fit)
-        scale_problem = self._warn_scale(X_fit, spec)
         self._shared_data = data
-        self._prepare(X_fit, y_fit, sw_fit, spec)
         try:
+            scale_problem = self._warn_scale(X_fit, spec)
+            self._prepare(X_fit, y_fit, sw_fit, spec)
             if self._native_multiclass:
                 self._fit_native(X_fit, y_fit, sw_fit, spec)
             else:
@@ -524,7 +525,11 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         if spec is not None and spec.kind in ("precomputed", "callable"):
             return None
         adapts = spec is not None and not spec.is_linear and getattr(self, "gamma", None) == "scale"
-        return warn_feature_scale(self, X, rows=not adapts, row_range=self._row_norm_range(X, spec))
+        kw = {"rows": not adapts, "row_range": self._row_norm_range(X, spec)}
+        # a data property: the grid points of a search fold measure it once
+        problem = self._fit_shared("scale problem", tuple(kw.items()), lambda: feature_scale_problem(X, **kw), X)
+        warn_scale_problem(self, problem)
+        return problem
 
     def _row_norm_range(self, X, spec):
         """The root-mean-square row norms this model's defaults serve (outside it a

@@ -27,7 +27,7 @@ __all__ = [
     "close_matches",
     "feature_scale_problem",
     "warn_degenerate",
-    "warn_feature_scale",
+    "warn_scale_problem",
 ]
 
 
@@ -179,10 +179,9 @@ def feature_scale_problem(X, *, columns: bool = True, rows: bool = True,
     return None
 
 
-def warn_feature_scale(estimator, X, *, rows: bool = True, columns: bool = True,
-                       row_range: tuple[float, float] = ROW_NORM_RANGE) -> str | None:
-    """Warn (once per fit) when X is on an extreme scale; returns the problem or None."""
-    problem = feature_scale_problem(X, rows=rows, columns=columns, row_range=row_range)
+def warn_scale_problem(estimator, problem: str | None) -> None:
+    """Warn that X is on an extreme scale for ``estimator`` (``problem``: the sentence from
+    :func:`feature_scale_problem`; None: no warning)."""
     if problem is not None:
         warnings.warn(
             f"{type(estimator).__name__}: {problem}. At this scale its regularisation and step sizes "
@@ -192,7 +191,6 @@ def warn_feature_scale(estimator, X, *, rows: bool = True, columns: bool = True,
             FeatureScaleWarning,
             stacklevel=3,
         )
-    return problem
 
 
 def warn_degenerate(estimator, missing, predicted, scale_problem: str | None) -> None:

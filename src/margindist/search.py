@@ -282,14 +282,19 @@ class _Fold:
 
 
 def _walk_fold(build, grid, data, warm_start, exact_warm_start, scorer) -> _FoldOutcome:
-    """Every grid point on one fold, in grid order, warm-starting along the last parameter."""
+    """Every grid point on one fold, in grid order, warm-starting along the last parameter.
+
+    Along the last parameter one estimator is refitted with that parameter changed: from its
+    last solution where a warm start is exact, else cold (only margindist estimators, whose
+    fit starts from nothing of the last one unless ``warm_start``); other points are built
+    anew, as ``GridSearchCV`` does."""
     points, keys = grid_points(grid), list(grid)
     fold = _Fold(data, scorer)
     out = _FoldOutcome(*(np.full(len(points), np.nan) for _ in range(3)))
-    est, prev, warm = None, None, False
+    est, prev, reuse = None, None, False
     for p, idx in enumerate(points):
         params = point_params(grid, idx)
-        step = warm and prev is not None and prev[:-1] == idx[:-1]
+        step = reuse and prev is not None and prev[:-1] == idx[:-1]
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -300,6 +305,7 @@ def _walk_fold(build, grid, data, warm_start, exact_warm_start, scorer) -> _Fold
                     warm = warm_start and bool(keys) and _can_warm_start(est, keys[-1], exact_warm_start, data[0])
                     if warm:
                         est.set_params(warm_start=True)
+                    reuse = bool(keys) and (warm or hasattr(est, "_fit_validated"))
                 out.scores[p], out.fit_times[p], out.score_times[p] = fold.fit_score(est, keys[-1] if step else None)
             out.n_warnings += sum(1 for w in caught if not issubclass(w.category, DeprecationWarning))
             prev = idx
@@ -307,7 +313,7 @@ def _walk_fold(build, grid, data, warm_start, exact_warm_start, scorer) -> _Fold
             out.n_failed += 1
             if len(out.errors) < 3:
                 out.errors.append(f"{params}: {type(exc).__name__}: {exc}")
-            est, prev, warm = None, None, False
+            est, prev, reuse = None, None, False
     return out
 
 

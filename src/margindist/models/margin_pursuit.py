@@ -20,7 +20,7 @@ from ..solvers.margin_pursuit import (
     sgd_init,
     sgd_passes,
 )
-from ..solvers.margin_pursuit_newton import mp_newton
+from ..solvers.margin_pursuit_newton import mp_newton, newton_curvature
 
 #: Default number of passes (SGD) and iterations (GD, Newton) when ``max_iter`` is None.
 _DEFAULT_PASSES = {"sgd": 100, "gd": 1000, "newton": 100}
@@ -345,9 +345,15 @@ class MarginPursuit(BaseMarginClassifier):
         else:
             w0, b0, s0 = warm["w"], warm["b"], warm["scale"]
             done, rescaled = warm["passes"], warm["rescaled"]
-        run = mp_gd if solver == "gd" else mp_newton
-        res = run(X, y, sw, scale=s0, max_iter=max_iter, tol=self.tol, w0=w0, b0=b0, iters_done=done,
-                  rescaled=rescaled, log=log, **self._solver_kw(W, False))
+        kw = self._solver_kw(W, False)
+        if solver == "gd":
+            res = mp_gd(X, y, sw, scale=s0, max_iter=max_iter, tol=self.tol, w0=w0, b0=b0, iters_done=done,
+                        rescaled=rescaled, log=log, **kw)
+        else:  # the grid points of a search fold share the curvature of its rows
+            curv = self._fit_shared("newton curvature", (self.fit_intercept, sw.tobytes()),
+                                    lambda: newton_curvature(X, sw, self.fit_intercept), X)
+            res = mp_newton(X, y, sw, scale=s0, max_iter=max_iter, tol=self.tol, w0=w0, b0=b0, iters_done=done,
+                            rescaled=rescaled, curvature=curv, log=log, **kw)
         if self.tol is not None and not res.converged:
             hint = "; increase max_iter (or use solver='newton')." if solver == "gd" else "; increase max_iter."
             warnings.warn(f"MarginPursuit(solver={self.solver!r}) did not reach tol={self.tol} in {max_iter} "

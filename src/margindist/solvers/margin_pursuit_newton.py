@@ -36,7 +36,8 @@ so both solvers converge to the same minimiser. The stopping rule is GD's too:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
@@ -56,7 +57,7 @@ from .margin_pursuit import (
     weighted_op_norm_sq,
 )
 
-__all__ = ["NewtonResult", "influence_dpsi", "mp_hessp", "mp_newton"]
+__all__ = ["Curvature", "NewtonResult", "influence_dpsi", "mp_hessp", "mp_newton", "newton_curvature"]
 
 #: Up to this many columns of [X, 1] the preconditioner is the factorised quadratic Hessian.
 GRAM_MAX_COLUMNS = 500
@@ -240,19 +241,40 @@ def _weighted_col_sq(rows, c, out):
             out[d] += c[i] * rows.bias * rows.bias
 
 
-def _curvature(X, prob, fit_intercept):
-    """(Z^T diag(c) Z, None) up to GRAM_MAX_COLUMNS columns of Z, else (None, its diagonal)."""
+@dataclass(eq=False)
+class Curvature:
+    """What Newton's method needs of Z = [X, 1] and the normalised weights c, whatever lam and
+    the scale: ``gram`` = Z^T diag(c) Z up to GRAM_MAX_COLUMNS columns of Z (else None and
+    ``colsq``, its diagonal), and ``op_norm_sq`` = ||diag(sqrt(c)) Z||_op^2 for the
+    steepest-descent steps before the rescaling (computed when first asked for). Grid points
+    on the same rows share one (:func:`newton_curvature`)."""
+
+    X: object = field(repr=False)
+    c: np.ndarray = field(repr=False)
+    fit_intercept: bool
+    gram: np.ndarray | None
+    colsq: np.ndarray | None
+
+    @cached_property
+    def op_norm_sq(self) -> float:
+        return weighted_op_norm_sq(self.X, self.c, self.fit_intercept, gram=self.gram)
+
+
+def newton_curvature(X, sample_weight, fit_intercept=True) -> Curvature:
+    """The :class:`Curvature` of X with the sample weights (normalised to sum 1)."""
+    sw = np.asarray(sample_weight, dtype=np.float64)
+    c = sw / sw.sum()
     d1 = X.shape[1] + int(bool(fit_intercept))
     if d1 > GRAM_MAX_COLUMNS:
         colsq = np.empty(d1)
-        _weighted_col_sq(prob.rows, prob.c, colsq)
-        return None, colsq
+        _weighted_col_sq(make_rows(X.tocsr() if sp.issparse(X) else X, 1.0 if fit_intercept else None), c, colsq)
+        return Curvature(X, c, bool(fit_intercept), None, colsq)
     with np.errstate(over="ignore", invalid="ignore"):
-        gram = weighted_gram(X, prob.c, fit_intercept)
+        gram = weighted_gram(X, c, fit_intercept)
     if not np.all(np.isfinite(gram)):
         raise ValueError("The norm of X overflows: margin pursuit cannot take a step. Scale the features "
                          "(e.g. MinMaxScaler or StandardScaler).")
-    return gram, None
+    return Curvature(X, c, bool(fit_intercept), gram, None)
 
 
 def _preconditioner(gram, colsq, lam, scale):
@@ -374,15 +396,15 @@ class NewtonResult(SolverResult):
     n_cg: int
 
 
-def _start(X, y, sample_weight, prob, gram, scale, w0, b0, fit_intercept, rescale_kw, log):
+def _start(X, y, sample_weight, prob, curv, scale, w0, b0, fit_intercept, rescale_kw, log):
     """theta and scale Newton starts from: after mp_gd's steps and rescaling when one is pending
     (``rescale_kw`` not None), else (w0, b0) at ``scale``. Returns (theta, scale, history, rescale_iter)."""
     if rescale_kw is None:
         theta = np.append(w0, b0) if fit_intercept else w0.copy()
         return theta, float(scale), [], None
-    op2 = weighted_op_norm_sq(X, prob.c, fit_intercept, gram=gram)
     pre = mp_gd(X, y, sample_weight, margin=prob.margin, scale=scale, lam=prob.lam, w0=w0, b0=b0,
-                fit_intercept=fit_intercept, tol=None, rescale=True, rescaled=False, op_norm_sq=op2, log=log,
+                fit_intercept=fit_intercept, tol=None, rescale=True, rescaled=False,
+                op_norm_sq=curv.op_norm_sq, log=log,
                 **rescale_kw)
     theta = np.append(pre.w, pre.b) if fit_intercept else pre.w
     return theta, pre.scale, list(pre.history[:-1]), pre.rescale_iter
@@ -390,11 +412,13 @@ def _start(X, y, sample_weight, prob, gram, scale, w0, b0, fit_intercept, rescal
 
 def mp_newton(X, y, sample_weight, *, margin, scale, lam, influence="catoni_giulini", fit_intercept=True,
               max_iter=100, tol=1e-4, rescale=True, rescale_after=1, rescale_quantile=0.75, delta=0.01,
-              scale_factor=1.0, w0=None, b0=0.0, iters_done=0, rescaled=False, max_cg=250, log=None):
+              scale_factor=1.0, w0=None, b0=0.0, iters_done=0, rescaled=False, max_cg=250, curvature=None,
+              log=None):
     """Minimise J by Newton-CG (see the module docstring); returns a :class:`NewtonResult`.
 
     Parameters are those of :func:`~margindist.solvers.margin_pursuit.mp_gd` plus ``max_cg``, the
-    most CG steps per Newton iteration. With ``rescale`` pending, ``max(rescale_after - iters_done,
+    most CG steps per Newton iteration, and ``curvature``, the :func:`newton_curvature` of X and
+    the sample weights when the caller has it (grid points on the same rows share it). With ``rescale`` pending, ``max(rescale_after - iters_done,
     1)`` steepest-descent steps come first, as in mp_gd; ``max_iter`` bounds those steps plus the
     Newton iterations. Stops when ||grad J|| <= tol ||grad J(0)|| at the final scale (never
     before the rescaling), after ``max_iter`` iterations, or when the line search finds no
@@ -406,18 +430,18 @@ def mp_newton(X, y, sample_weight, *, margin, scale, lam, influence="catoni_giul
     d = X.shape[1]
     w0 = np.zeros(d) if w0 is None else np.array(w0, dtype=np.float64)
     b0 = float(b0) if fit_intercept else 0.0
-    gram, colsq = _curvature(X, prob, fit_intercept)
+    curv = newton_curvature(X, sample_weight, fit_intercept) if curvature is None else curvature
     rescale_kw = None
     if rescale and not rescaled:
         rescale_kw = {"influence": influence, "max_iter": max(rescale_after - iters_done, 1),
                       "rescale_after": rescale_after, "rescale_quantile": rescale_quantile, "delta": delta,
                       "scale_factor": scale_factor, "iters_done": iters_done}
-    theta, s, history, rescale_iter = _start(X, y, sample_weight, prob, gram, scale, w0, b0, fit_intercept,
+    theta, s, history, rescale_iter = _start(X, y, sample_weight, prob, curv, scale, w0, b0, fit_intercept,
                                              rescale_kw, log)
     zy = prob.rmatvec(prob.c * prob.y)
     n_gd = len(history)
     g_ref = float(influence_psi(margin / s, influence)) * math.sqrt(float(zy @ zy))  # ||grad J(0)||
-    precond = _preconditioner(gram, colsq, prob.lam, s)
+    precond = _preconditioner(curv.gram, curv.colsq, prob.lam, s)
     theta, n_newton, n_cg, hist, converged = _newton_at_scale(prob, theta, s, precond, g_ref,
                                                               max_iter=max(max_iter - n_gd, 0), tol=tol,
                                                               max_cg=max_cg, log=log)
