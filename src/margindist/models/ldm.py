@@ -117,7 +117,10 @@ class LDM(BaseMarginClassifier):
         * ``"dcd"``, linear: Q_lin = I + c (m X^T X - (X^T y)(X^T y)^T) factored once (Cholesky
           of I + c m X^T X, then a Sherman-Morrison rank-one downdate), the data transformed to
           Z = X L^{-T} (dense, m x (d + 1)) and LIBLINEAR's dual coordinate descent run over
-          beta with w maintained (O(d) per step). Set-up O(nnz(X) d + m d^2 + d^3).
+          beta with w maintained (O(d) per step). Set-up O(nnz(X) d + m d^2 + d^3). With at
+          most 1000 columns the DCD starts from a Newton solve of the primal with the hinge
+          smoothed on [0, delta] (delta down to tol / 2), which it then certifies: large C no
+          longer leaves the DCD creeping to its epoch cap (docs/methods/ldm.md).
         * ``"asgd"`` (linear only): averaged SGD on F / (C m) (paper Algorithm 2),
           eta_t = eta0 (1 + lambda3 eta0 t)^(-3/4), lambda3 = 1 / (C m), eta0 by a short trial
           on <= 1000 samples (Bottou's recipe), averaging from step 2 m on; O(nnz) per epoch,
