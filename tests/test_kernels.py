@@ -114,6 +114,21 @@ def test_row_cache_lru_eviction_order(X):
     assert slot_of[0] >= 0 and slot_of[2] >= 0 and slot_of[1] == -1
 
 
+def test_row_cache_matrix_only_when_every_row_is_cached(X):
+    spec = resolve_kernel("rbf", X, gamma=0.5)
+    K = kernel_matrix(spec, X)
+    m = X.shape[0]
+    lazy = KernelRowCache(spec, X)
+    assert lazy.matrix() is None
+    for i in range(m - 1, -1, -1):  # rows cached out of order: slots permuted
+        cache_row(lazy.state, i)
+    np.testing.assert_allclose(lazy.matrix(), K, rtol=1e-12)
+    filled = KernelRowCache(spec, X)
+    filled.fill()
+    assert filled.matrix() is filled.state.slots
+    assert KernelRowCache(spec, X, max_bytes=8 * m * (m // 2)).matrix() is None
+
+
 def test_row_cache_precomputed_and_callable(X):
     K = pairwise_kernels(X, metric="rbf", gamma=0.5)
     pre = KernelRowCache(resolve_kernel("precomputed"), K)

@@ -19,6 +19,7 @@ from margindist.solvers.odm import (
     odm_dcd_linear,
     odm_dual_objective,
     odm_dual_terms,
+    odm_kernel_newton,
     odm_newton,
     odm_primal_objective,
     odm_svrg,
@@ -144,6 +145,64 @@ def test_kernel_dual_matches_primal_and_qp(rng):
     ref = so.minimize(f, np.zeros(100), jac=grad, bounds=[(0, None)] * 100, method="L-BFGS-B",
                       options=dict(ftol=1e-15, gtol=1e-12, maxiter=20000))
     assert f(a) == pytest.approx(ref.fun, rel=1e-6)
+
+
+def _rbf_gram(X, gamma):
+    return np.exp(-gamma * ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
+
+
+@pytest.mark.parametrize("lam,mu,theta", PARAMS)
+def test_kernel_newton_is_the_dcd_optimum(rng, lam, mu, theta):
+    """The active-set Newton method ends on the optimality condition gamma = -c loss'(z), with
+    the tight-tolerance DCD's solution and strong duality (primal = -dual)."""
+    X, y = _data(rng, m=60)
+    s = rng.uniform(0.5, 2.0, size=60)
+    K = _rbf_gram(X, 0.3)
+    gam, n_it = odm_kernel_newton(K, y, s, lam, mu, theta)
+    assert n_it < 30
+    Q = (y[:, None] * (K + 1.0)) * y[None, :]
+    z = Q @ gam
+    c = odm_coefficients(s, lam, theta)
+    np.testing.assert_allclose(gam, -c * odm_band_loss_grad(z, mu, theta), atol=1e-12)
+    coef, _, a, _, _ = odm_dcd_kernel(None, y, s, lam, mu, theta, gram=K, tol=1e-11, newton=False,
+                                      max_iter=100000, random_state=0)
+    np.testing.assert_allclose(Q @ gam, Q @ (y * coef), atol=1e-7)
+    a_newton = np.r_[np.maximum(gam, 0), np.maximum(-gam, 0)] if mu > 0 else np.maximum(gam, 0)
+    primal = odm_primal_objective(gam @ Q @ gam, z, s, lam, mu, theta)
+    assert primal + odm_dual_objective(gam @ Q @ gam, a_newton, s, lam, mu, theta) == pytest.approx(0.0, abs=1e-10)
+
+
+def test_kernel_newton_from_a_start_and_on_the_linear_kernel(rng):
+    """From any starting point (the DCD hands over its own), and K = X X^T gives the linear
+    Newton-CG solution w = Xh^T Y gamma."""
+    X, y = _data(rng, m=70, d=5)
+    s = np.ones(70)
+    lam, mu, theta = 50.0, 0.8, 0.2
+    ref, _ = odm_kernel_newton(X @ X.T, y, s, lam, mu, theta)
+    start, _ = odm_kernel_newton(X @ X.T, y, s, lam, mu, theta, gamma0=rng.normal(size=70))
+    Q = (y[:, None] * (X @ X.T + 1.0)) * y[None, :]
+    np.testing.assert_allclose(Q @ start, Q @ ref, atol=1e-9)
+    w, b, _ = odm_newton(X, y, s, lam, mu, theta, tol=1e-12, max_iter=1000)
+    np.testing.assert_allclose(np.r_[w, b], np.c_[X, np.ones(70)].T @ (y * ref), atol=1e-7)
+
+
+def test_kernel_dcd_hands_over_to_newton_where_it_creeps():
+    """Large lam with a wide RBF kernel: plain DCD runs thousands of epochs; with the Newton
+    phase the DCD stops after its hand-over budget plus a certifying epoch or two, at the same
+    model."""
+    X, y = _scaled("heart")
+    y = np.where(y == y[0], 1.0, -1.0)
+    s = np.ones(len(y))
+    K = _rbf_gram(X, 1e-3)
+    kw = dict(gram=K, tol=1e-6, max_iter=100000, random_state=0)
+    plain = odm_dcd_kernel(None, y, s, 1000.0, 0.8, 0.8, newton=False, **kw)
+    fast = odm_dcd_kernel(None, y, s, 1000.0, 0.8, 0.8, **kw)
+    assert plain.n_iter > 1000 and fast.n_iter <= 25 and fast.converged
+    Q = (y[:, None] * (K + 1.0)) * y[None, :]
+    dual = [odm_dual_objective(r.dual_coef @ K @ r.dual_coef + r.dual_coef.sum() ** 2, r.a, s, 1000.0, 0.8, 0.8)
+            for r in (plain, fast)]
+    assert dual[1] <= dual[0] + 1e-9 * abs(dual[0])
+    np.testing.assert_allclose(Q @ (y * fast.dual_coef), Q @ (y * plain.dual_coef), atol=1e-3)
 
 
 def test_squared_hinge_special_case_is_linearsvc():

@@ -664,6 +664,16 @@ class KernelRowCache:
                 _claim_slot(state, i)
         return slots
 
+    def matrix(self) -> np.ndarray | None:
+        """The (m, m) Gram matrix when every row is cached (the storage itself after
+        :meth:`fill`, of the cache's dtype), else None."""
+        if not self.is_full:
+            return None
+        slot_of = self.state.slot_of
+        if np.array_equal(slot_of, np.arange(slot_of.shape[0])):
+            return self.state.slots
+        return self.state.slots[slot_of]
+
     @property
     def is_full(self) -> bool:
         """Whether every row is cached (then no row is ever recomputed)."""

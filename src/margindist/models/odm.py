@@ -95,6 +95,9 @@ class ODM(BaseMarginClassifier):
         * ``"dcd"``: dual coordinate descent (linear: O(nnz(x_i)) per step, w maintained;
           kernel: kernel columns on demand from an LRU cache of ``cache_size`` MiB). Stops
           when the spread of the projected dual gradient is below ``tol`` (margin units).
+          With a kernel on at most 1000 examples (matrix cached), a DCD still running after
+          20 epochs hands over to an active-set Newton method on the expansion coefficients
+          and then certifies its solution (large lam with a wide kernel no longer creeps).
         * ``"newton"`` (linear only): Newton-CG on the primal with an exact line search, each
           gradient / Hessian-vector product O(nnz(X)). Stops at
           ||grad|| <= tol * ||grad at w = 0||.

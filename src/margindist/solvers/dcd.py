@@ -405,6 +405,9 @@ def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=N
 
     u0 : ndarray of shape (m,), optional
         The offset o (u = Q gamma + o).
+    warn_label : str or None
+        The name in the ConvergenceWarning at ``max_iter``; None: no warning (the caller
+        continues from the returned point).
     Returns DCDResult with u = Q gamma + o.
     """
     y = np.ascontiguousarray(y, dtype=np.float64)
@@ -432,7 +435,7 @@ def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=N
     it, conv = _kernel_epochs(KernelPath(cache.state, kv, sb, o, bias2), BoxQP(y, qd, D, p, U),
                               DCDOptions(float(tol), int(max_iter), bool(shrinking), _GROUP), a,
                               seed_from(random_state))
-    if not conv:
+    if not conv and warn_label is not None:  # None: the caller goes on from this point
         _warn(it, tol, warn_label)
     u = y * (kv + bias2 * sb[0]) + o
     return DCDResult(a=a, w=None, u=u, n_iter=int(it), converged=bool(conv))

@@ -42,6 +42,7 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.linalg as sla
 from numba import njit
 from sklearn.exceptions import ConvergenceWarning
 
@@ -181,21 +182,90 @@ def odm_dcd_linear(X, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0,
                            converged=res.converged)
 
 
+#: The kernel DCD hands over to :func:`odm_kernel_newton` after this many epochs without
+#: converging, on at most ``_KERNEL_NEWTON_MAX`` examples whose kernel rows are all cached.
+_KERNEL_NEWTON_AFTER = 20
+_KERNEL_NEWTON_MAX = 1000
+
+
 def odm_dcd_kernel(cache: KernelRowCache | None, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, gram=None,
-                   bias=1.0, tol=1e-3, max_iter=1000, a0=None, shrinking=True, random_state=None):
+                   bias=1.0, tol=1e-3, max_iter=1000, a0=None, shrinking=True, random_state=None,
+                   newton=True):
     """Kernel ODM by DCD, kernel rows from ``cache`` or from a dense Gram matrix ``gram``.
+
+    ``newton``: when the DCD has not converged after ``_KERNEL_NEWTON_AFTER`` epochs (large lam
+    and an ill-conditioned kernel can leave it creeping for thousands) on at most
+    ``_KERNEL_NEWTON_MAX`` examples with every kernel row at hand, :func:`odm_kernel_newton`
+    solves the problem from the DCD's point and the DCD certifies the result (its stopping
+    rule, usually in one epoch). ``n_iter`` counts DCD epochs.
 
     Returns an :class:`ODMKernelResult` (dual_coef = y * gamma (m,), b = bias^2 sum(dual_coef), a,
     u = Q gamma); f(x) = sum_j dual_coef_j k(x_j, x) + b.
     """
     n_var, D, p, U = odm_dual_terms(sample_weight, lam, mu, theta)
-    res = dcd_kernel(y, D, p, U, n_var=n_var, cache=cache, gram=gram, bias=bias, a0=a0, tol=tol,
-                     max_iter=max_iter, shrinking=shrinking, random_state=random_state,
-                     warn_label="ODM")
     m = y.shape[0]
+    K = gram if gram is not None else cache.matrix()
+    handover = newton and K is not None and m <= _KERNEL_NEWTON_MAX and max_iter > _KERNEL_NEWTON_AFTER
+    kw = dict(n_var=n_var, cache=cache, gram=gram, bias=bias, tol=tol, shrinking=shrinking, random_state=random_state)
+    res = dcd_kernel(y, D, p, U, a0=a0, max_iter=_KERNEL_NEWTON_AFTER if handover else max_iter,
+                     warn_label=None if handover else "ODM", **kw)
+    n_iter = res.n_iter
+    if handover and not res.converged:
+        g, _ = odm_kernel_newton(K, y, sample_weight, lam, mu, theta, bias=bias, gamma0=res.gamma(m))
+        a_start = np.concatenate([np.maximum(g, 0.0), np.maximum(-g, 0.0)]) if n_var == 2 * m else np.maximum(g, 0.0)
+        res = dcd_kernel(y, D, p, U, a0=a_start, max_iter=max_iter - n_iter, warn_label="ODM", **kw)
+        n_iter += res.n_iter
     coef = np.asarray(y, dtype=np.float64) * res.gamma(m)
-    return ODMKernelResult(dual_coef=coef, b=float(bias * bias * coef.sum()), a=res.a, u=res.u, n_iter=res.n_iter,
+    return ODMKernelResult(dual_coef=coef, b=float(bias * bias * coef.sum()), a=res.a, u=res.u, n_iter=n_iter,
                            converged=res.converged)
+
+
+def odm_kernel_newton(K, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0, gamma0=None, max_iter=50):
+    """Kernel ODM by Newton's method in the expansion coefficients (an active-set method).
+
+    With f = sum_j y_j gamma_j (k(x_j, .) + B^2), the primal is P(gamma) = 1/2 gamma^T Q gamma
+    + sum_i c_i band_loss(z_i), z = Q gamma, Q = Y (K + B^2) Y. On a fixed active set A (z_i
+    below the band, weight h_i = 2, target t_i = 1 - theta; above it, h_i = 2 mu, t_i = 1 +
+    theta) the loss is quadratic and its minimiser has gamma_i = c_i h_i (t_i - z_i) on A, 0
+    elsewhere: (Q_AA + diag(1 / (c h))_A) gamma_A = t_A, one Cholesky solve. The step to it is
+    Newton's step (Chapelle's primal Newton for the squared hinge, here with two sides); an exact
+    line search on the piecewise-quadratic P along it keeps every iteration a descent, and the
+    iteration ends when a full step leaves the active set unchanged: gamma = -c band_loss'(z)
+    there, the optimality condition. Returns (gamma, iterations).
+    """
+    y = np.asarray(y, dtype=np.float64)
+    K = np.asarray(K, dtype=np.float64)
+    c = odm_coefficients(sample_weight, lam, theta)
+    m, B2 = y.shape[0], float(bias) ** 2
+
+    def qmul(v):
+        yv = y * v
+        return y * (K @ yv + B2 * yv.sum())
+
+    gamma = np.zeros(m) if gamma0 is None else np.array(gamma0, dtype=np.float64)
+    z = qmul(gamma)
+    it = 0
+    for it in range(1, max_iter + 1):
+        low = z < 1.0 - theta
+        act = low | (z > 1.0 + theta) if mu > 0 else low
+        idx = np.flatnonzero(act)
+        target = np.zeros(m)
+        if idx.size:
+            h = np.where(low[idx], 2.0, 2.0 * mu)
+            M = (K[np.ix_(idx, idx)] + B2) * np.outer(y[idx], y[idx])
+            M[np.diag_indices_from(M)] += 1.0 / (c[idx] * h)
+            rhs = np.where(low[idx], 1.0 - theta, 1.0 + theta)
+            target[idx] = sla.cho_solve(sla.cho_factor(M, lower=True, check_finite=False), rhs, check_finite=False)
+        p = target - gamma
+        q = qmul(p)
+        step = _line_search(float(gamma @ q), float(p @ q), z, q, c, mu, theta)
+        gamma += step * p
+        z += step * q
+        low_new = z < 1.0 - theta
+        act_new = low_new | (z > 1.0 + theta) if mu > 0 else low_new
+        if abs(step - 1.0) <= 1e-9 and np.array_equal(act_new, act) and np.array_equal(low_new, low):
+            break
+    return gamma, it
 
 
 # ----------------------------------------------------------------------------- products with Xh
@@ -265,9 +335,10 @@ def _cg(hessp, rhs, rtol, max_cg):
     return x, n
 
 
-def _line_search(v, dvec, z, e, c, mu, theta):
-    """argmin_t P(v + t d) for the convex piecewise quadratic phi(t); e = y * Xh d."""
-    vd, dd = float(v @ dvec), float(dvec @ dvec)
+def _line_search(vd, dd, z, e, c, mu, theta):
+    """argmin_t phi(t) = vd t + dd t^2 / 2 + sum_i c_i band_loss(z_i + t e_i), a convex piecewise
+    quadratic: the primal P(v + t d) along a direction d (vd = v^T d, dd = d^T d, e = y * Xh d;
+    in the kernel form vd = gamma^T Q d, dd = d^T Q d, e = Q d)."""
 
     def dphi(t):
         zt = z + t * e
@@ -331,7 +402,7 @@ def odm_newton(X, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0, tol
 
         dvec, n_cg = _cg(hessp, -g, min(0.1, np.sqrt(gnorm / max(g_ref, 1e-300))), 10 * (A.d + 1))
         e = y * A.xv(dvec)
-        t = _line_search(v, dvec, z, e, c, mu, theta)
+        t = _line_search(float(v @ dvec), float(dvec @ dvec), z, e, c, mu, theta)
         v += t * dvec
         z += t * e
         it += 1
