@@ -29,6 +29,8 @@ from margindist.search import Scaled
 CASES = {
     "ODMCV": (ODMCV, {"lam": [0.25, 4.0, 64.0], "mu": [0.2, 0.6]}, {}),
     "ODMCV-rbf": (ODMCV, {"lam": [1.0, 16.0], "gamma": [0.5, 2.0]}, {"kernel": "rbf"}),
+    # a wide kernel at large lam: the DCD hands over to the kernel Newton method along the path
+    "ODMCV-rbf-wide": (ODMCV, {"lam": [64.0, 1024.0]}, {"kernel": "rbf", "gamma": 1e-3, "mu": 0.8, "theta": 0.8}),
     # LDM's dual coordinate descent stops at a loose tol by default: warm and cold fits of one
     # point then differ by about tol, enough to flip a held-out prediction near the boundary
     "LDMCV": (LDMCV, {"C": [0.25, 1.0, 8.0], "lambda1": [1e-4, 1e-2]}, {"kernel": "rbf", "gamma": 1.0, "tol": 1e-6}),
