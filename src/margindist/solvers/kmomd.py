@@ -509,8 +509,9 @@ _EARLY_TOL = 0.01
 _NEWTON_RANK = 300
 #: Conjugate-gradient iterations per active-set iteration, at most.
 _NEWTON_MAX_CG = 300
-#: On at most this many examples the Newton phase solves its systems directly (Cholesky of the
-#: principal block of H, O(n^3 / 3) per iteration) instead of by preconditioned conjugate gradients.
+#: From a support of at most this many examples the Newton phase solves its systems directly
+#: (Cholesky of the principal block of H on the support, O(n^3 / 3) per iteration) instead of by
+#: preconditioned conjugate gradients (whose Nystrom preconditioner costs about as much to make).
 _NEWTON_DIRECT_MAX = 400
 
 
@@ -526,8 +527,9 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
     gradients with two right-hand sides (one pass over the kernel rows of I per iteration for
     both), preconditioned by P = 2 (1 - lam) Y (F^T F + diag(d)) Y + 2 lam W^-1 from a pivoted
     partial Cholesky factor F of K (Nystrom landmarks chosen greedily among the starting support,
-    residual diagonal d) and the Woodbury identity; on at most ``_NEWTON_DIRECT_MAX`` examples
-    they are direct (Cholesky of H_II, no preconditioner to build).
+    residual diagonal d) and the Woodbury identity; from a support of at most
+    ``_NEWTON_DIRECT_MAX`` examples (when the m x m block fits in ``block_bytes``) they are
+    direct (Cholesky of H_II, no preconditioner to build).
 
     The products with K_II read the principal block of K on I, gathered once per iteration when
     it fits in ``block_bytes``, else the full cached rows of I. Needs the kernel rows of every
@@ -542,7 +544,8 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
     a2, b2 = 2.0 * (1.0 - lam), 2.0 * lam
     inv_w = 1.0 / w
     pos = y > 0
-    direct = m <= _NEWTON_DIRECT_MAX and m * m * cache.dtype.itemsize <= block_bytes
+    n_sv = int(np.count_nonzero(gamma > 0))  # the systems are of the support's size
+    direct = n_sv <= _NEWTON_DIRECT_MAX and m * m * cache.dtype.itemsize <= block_bytes
     if direct:
         rank, F, dres = 0, None, None
     else:
