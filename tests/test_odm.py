@@ -186,6 +186,16 @@ def test_kernel_newton_from_a_start_and_on_the_linear_kernel(rng):
     np.testing.assert_allclose(np.r_[w, b], np.c_[X, np.ones(70)].T @ (y * ref), atol=1e-7)
 
 
+def test_kernel_newton_stops_on_an_indefinite_kernel(rng):
+    """A precomputed matrix that is not a kernel makes the Newton system indefinite: the method
+    stops where it is (no LinAlgError) and leaves the problem to the DCD."""
+    X, y = _data(rng, m=30)
+    A = rng.normal(size=(30, 30))
+    K = A + A.T
+    gam, n_it = odm_kernel_newton(K, y, np.ones(30), 100.0, 0.8, 0.2, gamma0=np.full(30, 0.1))
+    assert n_it == 1 and np.all(gam == 0.1)
+
+
 def test_kernel_dcd_hands_over_to_newton_where_it_creeps():
     """Large lam with a wide RBF kernel: plain DCD runs thousands of epochs; with the Newton
     phase the DCD stops after its hand-over budget plus a certifying epoch or two, at the same

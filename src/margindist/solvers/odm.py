@@ -231,7 +231,8 @@ def odm_kernel_newton(K, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1
     Newton's step (Chapelle's primal Newton for the squared hinge, here with two sides); an exact
     line search on the piecewise-quadratic P along it keeps every iteration a descent, and the
     iteration ends when a full step leaves the active set unchanged: gamma = -c band_loss'(z)
-    there, the optimality condition. Returns (gamma, iterations).
+    there, the optimality condition. A system that is not positive definite (an indefinite
+    precomputed kernel) ends it where it is. Returns (gamma, iterations).
     """
     y = np.asarray(y, dtype=np.float64)
     K = np.asarray(K, dtype=np.float64)
@@ -255,7 +256,11 @@ def odm_kernel_newton(K, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1
             M = (K[np.ix_(idx, idx)] + B2) * np.outer(y[idx], y[idx])
             M[np.diag_indices_from(M)] += 1.0 / (c[idx] * h)
             rhs = np.where(low[idx], 1.0 - theta, 1.0 + theta)
-            target[idx] = sla.cho_solve(sla.cho_factor(M, lower=True, check_finite=False), rhs, check_finite=False)
+            try:
+                target[idx] = sla.cho_solve(sla.cho_factor(M, lower=True, check_finite=False), rhs,
+                                            check_finite=False)
+            except np.linalg.LinAlgError:  # an indefinite (precomputed) kernel: the DCD goes on
+                break
         p = target - gamma
         q = qmul(p)
         step = _line_search(float(gamma @ q), float(p @ q), z, q, c, mu, theta)
