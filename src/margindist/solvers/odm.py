@@ -247,30 +247,43 @@ def odm_kernel_newton(K, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1
     z = qmul(gamma)
     it = 0
     for it in range(1, max_iter + 1):
-        low = z < 1.0 - theta
-        act = low | (z > 1.0 + theta) if mu > 0 else low
-        idx = np.flatnonzero(act)
-        target = np.zeros(m)
-        if idx.size:
-            h = np.where(low[idx], 2.0, 2.0 * mu)
-            M = (K[np.ix_(idx, idx)] + B2) * np.outer(y[idx], y[idx])
-            M[np.diag_indices_from(M)] += 1.0 / (c[idx] * h)
-            rhs = np.where(low[idx], 1.0 - theta, 1.0 + theta)
-            try:
-                target[idx] = sla.cho_solve(sla.cho_factor(M, lower=True, check_finite=False), rhs,
-                                            check_finite=False)
-            except np.linalg.LinAlgError:  # an indefinite (precomputed) kernel: the DCD goes on
-                break
+        sets = _band_sets(z, mu, theta)
+        target = _band_minimiser(K, y, c, sets, mu, theta, B2)
+        if target is None:  # an indefinite (precomputed) kernel: the DCD goes on from here
+            break
         p = target - gamma
         q = qmul(p)
         step = _line_search(float(gamma @ q), float(p @ q), z, q, c, mu, theta)
         gamma += step * p
         z += step * q
-        low_new = z < 1.0 - theta
-        act_new = low_new | (z > 1.0 + theta) if mu > 0 else low_new
-        if abs(step - 1.0) <= 1e-9 and np.array_equal(act_new, act) and np.array_equal(low_new, low):
+        if abs(step - 1.0) <= 1e-9 and all(np.array_equal(a, b) for a, b in zip(_band_sets(z, mu, theta), sets)):
             break
     return gamma, it
+
+
+def _band_sets(z, mu, theta):
+    """(below, outside): the margins below the band, and those below or (mu > 0) above it."""
+    below = z < 1.0 - theta
+    return below, (below | (z > 1.0 + theta) if mu > 0 else below)
+
+
+def _band_minimiser(K, y, c, sets, mu, theta, B2):
+    """The minimiser of P with the loss quadratic on the active ``sets``: gamma_A from
+    (Q_AA + diag(1 / (c h))_A) gamma_A = t_A, 0 elsewhere; None if that system is not positive
+    definite."""
+    below, outside = sets
+    idx = np.flatnonzero(outside)
+    target = np.zeros(y.shape[0])
+    if idx.size:
+        h = np.where(below[idx], 2.0, 2.0 * mu)
+        M = (K[np.ix_(idx, idx)] + B2) * np.outer(y[idx], y[idx])
+        M[np.diag_indices_from(M)] += 1.0 / (c[idx] * h)
+        rhs = np.where(below[idx], 1.0 - theta, 1.0 + theta)
+        try:
+            target[idx] = sla.cho_solve(sla.cho_factor(M, lower=True, check_finite=False), rhs, check_finite=False)
+        except np.linalg.LinAlgError:
+            return None
+    return target
 
 
 # ----------------------------------------------------------------------------- products with Xh
