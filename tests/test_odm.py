@@ -164,7 +164,7 @@ def test_kernel_newton_is_the_dcd_optimum(rng, lam, mu, theta):
     z = Q @ gam
     c = odm_coefficients(s, lam, theta)
     np.testing.assert_allclose(gam, -c * odm_band_loss_grad(z, mu, theta), atol=1e-12)
-    coef, _, a, _, _ = odm_dcd_kernel(None, y, s, lam, mu, theta, gram=K, tol=1e-11, newton=False,
+    coef, _, _, _, _ = odm_dcd_kernel(None, y, s, lam, mu, theta, gram=K, tol=1e-11, newton=False,
                                       max_iter=100000, random_state=0)
     np.testing.assert_allclose(Q @ gam, Q @ (y * coef), atol=1e-7)
     a_newton = np.r_[np.maximum(gam, 0), np.maximum(-gam, 0)] if mu > 0 else np.maximum(gam, 0)

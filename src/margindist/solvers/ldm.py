@@ -461,7 +461,7 @@ def smoothed_hinge_start(Z, y, U, wt0, delta_final, v0=None, max_iter=_NEWTON_ST
 def _newton_levels(Yz, U, wt0, v, delta, delta_final, max_iter):
     """The Newton iterations of :func:`smoothed_hinge_start` on v (updated in place), for
     delta = ``delta``, delta / 10, ... down to ``delta_final``. Returns (last delta, iterations)."""
-    m, k = Yz.shape
+    k = Yz.shape[1]
     n_it = 0
     while True:
         g_ref = -1.0
