@@ -791,14 +791,15 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         from one Gram matrix of the fold's rows, made once per kernel when it fits in
         ``cache_size``; other fits evaluate the kernel on the support vectors."""
         coef = self.dual_coef_.T
-        if self._pairwise():
-            return rkhs_norm_sq(spec, X[np.ix_(support, support)], coef)
         m = X.shape[0]
         budget = getattr(self, "cache_size", 200) * 2**20
-        if self._shares_set_up() and self._shared_data.X is X and 8 * m * m <= budget:
+        if self._pairwise():
+            G = X
+        elif self._shares_set_up() and self._shared_data.X is X and 8 * m * m <= budget:
             G = self._fit_shared("gram", spec, lambda: kernel_matrix(spec, X), X)
-            return np.maximum(np.sum(coef * (G[np.ix_(support, support)] @ coef), axis=0), 0.0)
-        return rkhs_norm_sq(spec, self.support_vectors_, coef)
+        else:
+            return rkhs_norm_sq(spec, self.support_vectors_, coef)
+        return rkhs_norm_sq(KernelSpec("precomputed"), G[np.ix_(support, support)], coef)
 
     def _raw_decision_from_block(self, K) -> np.ndarray:
         """:meth:`_raw_decision_validated` of rows X of a kernel model from ``K = K(X, X_fit)``,

@@ -338,8 +338,8 @@ def cv_search(build, grid: dict, X, y, folds, *, warm_start=True, exact_warm_sta
         Walk the last parameter with warm starts where that is exact.
     exact_warm_start : callable(est, X) -> bool, optional
         Whether a warm-started refit of ``est`` on a fold's training rows X converges to the
-        cold fit's model (the estimator's ``_exact_warm_start``). Without it, no warm starts: for SGD-type or
-        fixed-budget solvers a warm-started grid point is a different model from the cold
+        cold fit's model (the estimator's ``_exact_warm_start``). Without it, no warm starts:
+        for SGD-type or fixed-budget solvers a warm-started grid point is a different model from the cold
         refit that is finally evaluated, which would bias the choice.
     scoring : callable(est, X, y) -> float, optional
         A scikit-learn scorer; accuracy by default.

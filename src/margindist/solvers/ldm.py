@@ -440,8 +440,9 @@ def smoothed_hinge_start(Z, y, U, wt0, delta_final, v0=None, max_iter=_NEWTON_ST
     v - wt0 - Z^T Y (U h'(t)), and its generalised Hessian I + Z^T diag(U / delta on 0 < t < delta)
     Z is a (d + 1) x (d + 1) matrix: Newton's method with the exact line search ends on the
     minimiser in a few steps, from delta = 1 down to ``delta_final`` (each value started from
-    the last; from ``v0``, a warm start, at ``delta_final`` right away; a step changes the status of about one example once delta is small, so the
-    iterations per value are capped at ``max_iter``). At the minimiser beta = U h'(t) is feasible, wt0 + Z^T Y beta = v, and the DCD's
+    the last; from ``v0``, a warm start, at ``delta_final`` right away; a step changes the
+    status of about one example once delta is small, so the iterations per value are capped at
+    ``max_iter``). At the minimiser beta = U h'(t) is feasible, wt0 + Z^T Y beta = v, and the DCD's
     gradient y_i <z_i, v> - 1 = -t_i is >= 0 where beta_i = 0, <= -delta where beta_i = U_i, and in
     (-delta, 0) in between: the projected-gradient spread of LIBLINEAR's stopping rule is below
     delta. This replaces the DCD's slow phase on ill-conditioned problems (many free variables,
