@@ -42,7 +42,9 @@ source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "auto_examples/*.ipynb",
                     "auto_examples/*.py", "auto_examples/*.zip", "auto_examples/*.json",
-                    "auto_examples/*.md5", "sg_execution_times.rst"]
+                    "auto_examples/*.md5", "sg_execution_times.rst",
+                    # the runs' reports are included by their reproduction pages
+                    "reproductions/*/report.md"]
 suppress_warnings = ["myst.header", "config.cache"]
 
 # The optional torch back end is documented without torch installed.

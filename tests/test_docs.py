@@ -126,7 +126,8 @@ def test_docs_build(tmp_path):
     caches, 45 s cold, on two cores)."""
     out = _sphinx_build(tmp_path)
     for page in ("index.html", "hyperparameters.html", "api/estimators.html", "methods/lssvm.html",
-                 "methods/mamc.html", "auto_examples/index.html", "api/torch.html", "changelog.html"):
+                 "methods/mamc.html", "auto_examples/index.html", "api/torch.html", "changelog.html",
+                 "reproductions/index.html", "reproductions/msvmav-linear.html"):
         assert (out / page).is_file(), page
     api = (out / "api" / "estimators.html").read_text()
     for name in ESTIMATORS:
