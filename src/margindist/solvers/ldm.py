@@ -47,6 +47,7 @@ import scipy.sparse as sp
 from numba import njit
 from scipy.linalg import lapack
 
+from ._gram import weighted_gram, x_dot, xt_dot
 from ._result import UnpackableResult
 from ._rows import make_rows, row_axpy, row_axpy2, row_dot, row_sq_norms
 from .dcd import dcd_kernel, dcd_linear
@@ -279,17 +280,12 @@ def ldm_dcd_kernel(G, y, sample_weight, lambda1, lambda2, C, *, tol=1e-3, max_it
 
 
 def _weighted_gram(X, s, bias):
-    """Xh^T diag(s) Xh (d + 1, d + 1) in float64, without densifying sparse X."""
+    """Xh^T diag(s) Xh (d + 1, d + 1) in float64 (:func:`._gram.weighted_gram`: sparse X is not
+    densified, float32 X not copied)."""
     d = X.shape[1]
     out = np.empty((d + 1, d + 1))
-    if sp.issparse(X):
-        Xc = X.tocsr()
-        out[:d, :d] = (Xc.T @ Xc.multiply(s[:, None]).tocsr()).toarray()
-        xs = np.asarray(Xc.T @ s, dtype=np.float64).ravel()
-    else:
-        Xf = np.asarray(X, dtype=np.float64)
-        out[:d, :d] = Xf.T @ (Xf * s[:, None])
-        xs = Xf.T @ s
+    out[:d, :d] = weighted_gram(X, s)
+    xs = xt_dot(X, s)
     out[:d, d] = out[d, :d] = bias * xs
     out[d, d] = bias * bias * s.sum()
     return out
@@ -297,8 +293,7 @@ def _weighted_gram(X, s, bias):
 
 def _xh_t(X, r, bias):
     """Xh^T r."""
-    head = np.asarray(X.T @ r, dtype=np.float64).ravel()
-    return np.concatenate([head, [bias * float(np.sum(r))]])
+    return np.concatenate([xt_dot(X, r), [bias * float(np.sum(r))]])
 
 
 #: Below this value of 1 - c h^T h the Sherman-Morrison downdate is replaced by a direct
@@ -665,7 +660,7 @@ def ldm_sgd_objective(w, X, y, s, lambda1, lambda2, C, S_total, bias):
 
 def _xh_dot(X, v, bias):
     """Xh v (float64)."""
-    return np.asarray(X @ v[:-1], dtype=np.float64).ravel() + bias * v[-1]
+    return x_dot(X, v[:-1]) + bias * v[-1]
 
 
 #: ldm_asgd stores the rows in a random order (a copy of X) when X takes at most this many

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg as sla
-import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator, cg
 from sklearn.exceptions import ConvergenceWarning
 
 from ..kernels import KernelSpec, kernel_decision, kernel_matrix
+from ._gram import weighted_gram, x_dot, xt_dot
 from ._result import UnpackableResult
 
 
@@ -118,22 +118,13 @@ def lssvm_kernel(spec: KernelSpec, X, y, sample_weight, C, *, solver="cholesky",
     return LSSVMResult(coef=c, b=b, n_iter=n_iter, converged=bool(converged), norm_sq=norm_sq)
 
 
-def _centred_ridge_solve(X, s, S, xbar, rhs, C):
-    """Solve (X_c^T S X_c + I / C) w = rhs by Cholesky.
-
-    Dense X is centred before the product (no cancellation between X^T S X and S xbar xbar^T,
-    which at large feature scales leaves a matrix that is not numerically positive definite);
-    sparse X keeps its sparsity and subtracts the rank-one term. Should the factorisation still
-    fail, a symmetric solver takes over.
+def _centred_ridge_solve(X, s, xbar, rhs, C):
+    """Solve (X_c^T S X_c + I / C) w = rhs by Cholesky (the centred Gram matrix from
+    :func:`._gram.weighted_gram`: no float64 copy of X). Should the factorisation fail, a
+    symmetric solver takes over.
     """
-    dim = X.shape[1]
-    if sp.issparse(X):
-        A = np.asarray((X.T @ X.multiply(s[:, None]).tocsr()).toarray(), dtype=np.float64)
-        A -= S * np.outer(xbar, xbar)
-    else:
-        Xc = np.asarray(X, dtype=np.float64) - xbar
-        A = Xc.T @ (Xc * s[:, None])
-    A[np.diag_indices(dim)] += 1.0 / C
+    A = weighted_gram(X, s, center=xbar)
+    A[np.diag_indices(X.shape[1])] += 1.0 / C
     try:
         return sla.cho_solve(sla.cho_factor(A, lower=True, check_finite=False), rhs, check_finite=False)
     except np.linalg.LinAlgError:
@@ -145,12 +136,12 @@ def lssvm_linear(X, y, sample_weight, C, *, solver="cholesky", tol=1e-10, max_it
     y = np.asarray(y, dtype=np.float64)
     s = np.asarray(sample_weight, dtype=np.float64)
     S = s.sum()
-    xbar = np.asarray(X.T @ s, dtype=np.float64).ravel() / S
+    xbar = xt_dot(X, s) / S
     ybar = float(s @ y) / S
     r = s * (y - ybar)
-    rhs = np.asarray(X.T @ r, dtype=np.float64).ravel() - xbar * r.sum()  # X_c^T S (y - ybar)
+    rhs = xt_dot(X, r) - xbar * r.sum()  # X_c^T S (y - ybar)
     if solver == "cholesky":
-        w = _centred_ridge_solve(X, s, S, xbar, rhs, C)
+        w = _centred_ridge_solve(X, s, xbar, rhs, C)
         n_iter, info = 1, 0
     else:
         counter = {"n": 0}
@@ -158,9 +149,8 @@ def lssvm_linear(X, y, sample_weight, C, *, solver="cholesky", tol=1e-10, max_it
         def matvec(v):
             counter["n"] += 1
             v = np.asarray(v).ravel()
-            Xv = np.asarray(X @ v, dtype=np.float64).ravel() - xbar @ v
-            t = s * Xv
-            return np.asarray(X.T @ t, dtype=np.float64).ravel() - xbar * t.sum() + v / C
+            t = s * (x_dot(X, v) - xbar @ v)
+            return xt_dot(X, t) - xbar * t.sum() + v / C
 
         w, info = _cg(matvec, rhs, tol, max_iter)
         n_iter = counter["n"]

@@ -1,0 +1,77 @@
+"""Products with all rows of X in float64 without a float64 copy of X: X v, X^T v and the
+weighted Gram matrix (X - 1 c^T)^T diag(s) (X - 1 c^T).
+
+NumPy evaluates ``X @ v`` or ``X.T @ v`` for float32 X and float64 v by casting the whole of X to float64
+first, a temporary twice the size of X (8 GB for a million rows of 1000 Nyström features).
+Here dense X is read in blocks of rows, each cast (and centred) on its own, so the extra memory
+is one block (:data:`BLOCK_BYTES`) and the flops are those of the one large product. Sparse X
+goes through SciPy's sparse products (never densified); centring it subtracts the rank-one term
+instead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["BLOCK_BYTES", "weighted_gram", "x_dot", "xt_dot"]
+
+#: Bytes of one float64 block of rows.
+BLOCK_BYTES = 32 * 2**20
+
+
+def _blocks(X, max_bytes):
+    """(start, stop, float64 rows X[start:stop]) over dense X."""
+    step = max(1, int(max_bytes) // (8 * max(X.shape[1], 1)))
+    for start in range(0, X.shape[0], step):
+        stop = min(start + step, X.shape[0])
+        yield start, stop, np.asarray(X[start:stop], dtype=np.float64)
+
+
+def x_dot(X, v, *, max_bytes=BLOCK_BYTES) -> np.ndarray:
+    """X v as a float64 vector (n,)."""
+    v = np.asarray(v, dtype=np.float64).ravel()
+    if sp.issparse(X) or X.dtype == np.float64:
+        return np.asarray(X @ v, dtype=np.float64).ravel()
+    out = np.empty(X.shape[0])
+    for start, stop, B in _blocks(X, max_bytes):
+        out[start:stop] = B @ v
+    return out
+
+
+def xt_dot(X, v, *, max_bytes=BLOCK_BYTES) -> np.ndarray:
+    """X^T v as a float64 vector (d,)."""
+    v = np.asarray(v, dtype=np.float64).ravel()
+    if sp.issparse(X):
+        return np.asarray(X.T @ v, dtype=np.float64).ravel()
+    if X.dtype == np.float64:
+        return X.T @ v
+    out = np.zeros(X.shape[1])
+    for start, stop, B in _blocks(X, max_bytes):
+        out += B.T @ v[start:stop]
+    return out
+
+
+def weighted_gram(X, s, center=None, *, max_bytes=BLOCK_BYTES) -> np.ndarray:
+    """(X - 1 c^T)^T diag(s) (X - 1 c^T) as a float64 (d, d) array; c = ``center`` (None: 0).
+
+    Dense rows are centred before the product (no cancellation between X^T S X and
+    S c c^T, which at large feature scales leaves a matrix that is not numerically positive
+    definite); sparse X keeps its sparsity and subtracts the rank-one term.
+    """
+    s = np.asarray(s, dtype=np.float64)
+    d = X.shape[1]
+    if sp.issparse(X):
+        Xr = X.tocsr()
+        G = np.asarray((Xr.T @ Xr.multiply(s[:, None]).tocsr()).toarray(), dtype=np.float64)
+        if center is not None:
+            c = np.asarray(center, dtype=np.float64)
+            xs = xt_dot(Xr, s)
+            G -= np.outer(xs, c) + np.outer(c, xs) - s.sum() * np.outer(c, c)
+        return G
+    G = np.zeros((d, d))
+    for start, stop, B in _blocks(X, max_bytes):
+        if center is not None:
+            B = B - center  # a new block: B may be a view of float64 X
+        G += B.T @ (B * s[start:stop, None])
+    return G

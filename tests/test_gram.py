@@ -1,0 +1,57 @@
+"""margindist.solvers._gram: blocked products with all rows of X against plain float64 NumPy,
+for dense float64 / float32 and CSR input, across block boundaries, and their memory bound."""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from margindist.solvers._gram import weighted_gram, x_dot, xt_dot
+
+
+def _data(dtype, sparse, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(103, 7)) * rng.uniform(0.1, 10, size=7) + 5.0
+    X[rng.random(X.shape) < 0.4] = 0.0
+    X = X.astype(dtype)
+    return (sp.csr_matrix(X) if sparse else X), X.astype(np.float64), rng.uniform(0.2, 3.0, size=103)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("max_bytes", [8 * 7 * 10, 2**20])  # blocks of 10 rows / one block
+def test_products_equal_float64_numpy(dtype, sparse, max_bytes):
+    X, Xf, s = _data(dtype, sparse)
+    v, r = np.arange(7.0) - 3.0, np.linspace(-1, 1, 103)
+    c = Xf.T @ s / s.sum()
+    np.testing.assert_allclose(x_dot(X, v, max_bytes=max_bytes), Xf @ v, rtol=1e-12, atol=1e-10)
+    np.testing.assert_allclose(xt_dot(X, r, max_bytes=max_bytes), Xf.T @ r, rtol=1e-12, atol=1e-10)
+    G = weighted_gram(X, s, max_bytes=max_bytes)
+    np.testing.assert_allclose(G, Xf.T @ (Xf * s[:, None]), rtol=1e-12)
+    Gc = weighted_gram(X, s, center=c, max_bytes=max_bytes)
+    Xc = Xf - c
+    np.testing.assert_allclose(Gc, Xc.T @ (Xc * s[:, None]), rtol=1e-9, atol=1e-9 * np.abs(G).max())
+    for out in (G, Gc):
+        assert out.dtype == np.float64 and out.shape == (7, 7)
+
+
+def test_centring_leaves_float64_input_unchanged():
+    X, _, s = _data(np.float64, False)
+    before = X.copy()
+    weighted_gram(X, s, center=X.mean(axis=0), max_bytes=8 * 7 * 10)
+    np.testing.assert_array_equal(X, before)
+
+
+def test_float32_rows_are_never_copied_whole_to_float64():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(20000, 100)).astype(np.float32)  # 8 MB; a float64 copy: 16 MB
+    s = np.ones(20000)
+    block = 2**20
+    for fn in (lambda: xt_dot(X, s, max_bytes=block), lambda: x_dot(X, np.ones(100), max_bytes=block),
+               lambda: weighted_gram(X, s, center=np.zeros(100), max_bytes=block)):
+        tracemalloc.start()
+        fn()
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak < 4 * block + 20000 * 8 + 2**16, peak
