@@ -27,7 +27,9 @@ Two data paths, both maintaining the gradient information incrementally:
   beyond the budget; float32 or float64 storage, float64 sums; all rows up front with
   ``fill()`` when they fit), or from a dense K when the caller has one (wrapped as a full cache;
   a general symmetric Q is K = Q with y = 1, B = 0). Each epoch streams the rows of the
-  variables that move, so the cost is memory-bound: float32 rows halve it.
+  variables that move, so the cost is memory-bound: float32 rows halve it. When the cache holds
+  fewer rows than there are samples, epochs become block sweeps (:func:`_kernel_block_epochs`:
+  a few epochs on each block of cached rows), which compute about a third of the kernel rows.
 
 The coordinate step is the exact minimiser over one variable, projected on its box:
 ``a_k <- clip(a_k - g_k / (Q_ii + D_k), 0, U_k)`` with g_k = s_k u_i + D_k a_k + p_k. Each
@@ -382,6 +384,81 @@ def _kernel_epochs(kp, qp, opts, a, rng):
     return it, converged
 
 
+#: Block sweeps (:func:`_kernel_block_epochs`): epochs over one block of cached rows, at most.
+_BLOCK_INNER = 5
+
+
+@njit(cache=True)
+def _kernel_block_epochs(kp, qp, opts, a, rng, block):
+    """The kernel path when the cache holds fewer rows than there are samples.
+
+    Random-order epochs then miss the cache on nearly every row (a least-recently-used cache
+    over a cyclic pass keeps the rows that come last). Here each sweep visits the samples in a
+    random order cut into blocks of ``block`` rows, fewer than the cache holds: a block's rows are
+    fetched once and up to :data:`_BLOCK_INNER` epochs run over the block while they stay cached
+    (stopping early when the block's projected-gradient spread is at most tol). The same exact
+    coordinate steps, so the same problem and optimum; about a third of the kernel rows of the
+    plain epochs on ODM's problems. The stopping rule is LIBLINEAR's on the first epoch of
+    every block (each variable's projected gradient where the sweep meets it). No shrinking.
+    Returns (sweeps, converged)."""
+    y, cache, kv, sb, o, bias2 = qp.y, kp.cache, kp.kv, kp.sb, kp.o, kp.bias2
+    m = y.shape[0]
+    n_sides = a.shape[0] // m
+    index = np.arange(m)
+    stats = np.empty(2)
+    inner_stats = np.empty(2)
+    slots, slot_of = cache.slots, cache.slot_of
+    group = min(opts.group, slots.shape[0] - block - 1)
+    ps = np.zeros(max(group, 1), dtype=np.int64)
+    pc = np.zeros(max(group, 1))
+    npend = 0
+    it = 0
+    converged = False
+    while it < opts.max_iter and not converged:
+        rng_shuffle(index, m, rng)
+        stats[0] = -np.inf
+        stats[1] = np.inf
+        for b0 in range(0, m, block):
+            b1 = min(b0 + block, m)
+            for inner in range(_BLOCK_INNER):
+                if inner > 0:
+                    rng_shuffle(index[b0:b1], b1 - b0, rng)
+                inner_stats[0] = -np.inf
+                inner_stats[1] = np.inf
+                for s in range(b0, b1):
+                    i = index[s]
+                    ki = kv[i]
+                    for t in range(npend):
+                        ki += pc[t] * slots[ps[t], i]
+                    ui = y[i] * (ki + bias2 * sb[0]) + o[i]
+                    dg, _ = _coordinate_steps(i, m, n_sides, ui, qp.qd[i], qp.D, qp.p, qp.U, a, False,
+                                              np.inf, -np.inf, inner_stats)
+                    if dg != 0.0:
+                        c = dg * y[i]
+                        sb[0] += c
+                        if group <= 1:
+                            _add_row(cache, i, c, kv)
+                        else:
+                            cache_row(cache, i)
+                            ps[npend] = slot_of[i]
+                            pc[npend] = c
+                            npend += 1
+                            if npend == group:
+                                _flush(slots, ps, pc, npend, kv)
+                                npend = 0
+                if npend > 0:
+                    _flush(slots, ps, pc, npend, kv)
+                    npend = 0
+                if inner == 0:
+                    stats[0] = max(stats[0], inner_stats[0])
+                    stats[1] = min(stats[1], inner_stats[1])
+                if inner_stats[0] - inner_stats[1] <= opts.tol:
+                    break
+        it += 1
+        converged = stats[0] - stats[1] <= opts.tol
+    return it, converged
+
+
 @njit(cache=True)
 def _kernel_kv(cache, y, gamma, kv, sb):
     for i in range(gamma.shape[0]):
@@ -389,6 +466,14 @@ def _kernel_kv(cache, y, gamma, kv, sb):
             c = gamma[i] * y[i]
             sb[0] += c
             _add_row(cache, i, c, kv)
+
+
+def _cache_block(n_slots: int, m: int):
+    """Rows per block of :func:`_kernel_block_epochs` when the cache holds fewer than m rows
+    (room is left for the pending rows of a group), else None: plain epochs."""
+    if n_slots >= m:
+        return None
+    return max(1, n_slots - 2 * _GROUP)
 
 
 def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=None, bias=1.0, u0=None,
@@ -432,9 +517,13 @@ def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=N
     gamma = a[:m] - a[m:] if n_var == 2 * m else a.copy()
     if np.any(gamma != 0):
         _kernel_kv(cache.state, y, gamma, kv, sb)
-    it, conv = _kernel_epochs(KernelPath(cache.state, kv, sb, o, bias2), BoxQP(y, qd, D, p, U),
-                              DCDOptions(float(tol), int(max_iter), bool(shrinking), _GROUP), a,
-                              seed_from(random_state))
+    path, qp = KernelPath(cache.state, kv, sb, o, bias2), BoxQP(y, qd, D, p, U)
+    opts = DCDOptions(float(tol), int(max_iter), bool(shrinking), _GROUP)
+    block = _cache_block(cache.state.slots.shape[0], m)
+    if block is None:
+        it, conv = _kernel_epochs(path, qp, opts, a, seed_from(random_state))
+    else:
+        it, conv = _kernel_block_epochs(path, qp, opts, a, seed_from(random_state), block)
     if not conv and warn_label is not None:  # None: the caller goes on from this point
         _warn(it, tol, warn_label)
     u = y * (kv + bias2 * sb[0]) + o
