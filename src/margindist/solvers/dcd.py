@@ -326,6 +326,47 @@ def _linear_epochs(rows, w, qp, opts, a, rng):
 
 
 @njit(cache=True)
+def _pending_rows(group, n_slots, reserved):
+    """(group, slots, coefficients) of the pending rows: at most ``group`` of them, leaving room
+    in the cache for ``reserved`` more rows (the row being fetched; a block), since pending rows
+    must stay cached."""
+    group = min(group, n_slots - reserved)
+    return group, np.zeros(max(group, 1), dtype=np.int64), np.zeros(max(group, 1))
+
+
+@njit(cache=True, inline="always")
+def _visit(i, kp, qp, a, ps, pc, npend, group, shrinking, pg_hi, pg_lo, stats):
+    """The exact steps on the variables of sample i (:func:`_coordinate_steps`), with u_i from kv
+    and the ``npend`` pending rows (slots ``ps``, coefficients ``pc``) seen through their entry
+    i. A change of gamma_i joins the pending rows, which are added to kv in one pass once
+    ``group`` are pending (or goes straight into kv when group <= 1). Returns (pending count,
+    whether the variables of i may be shrunk)."""
+    y, cache = qp.y, kp.cache
+    slots = cache.slots
+    m = y.shape[0]
+    ki = kp.kv[i]
+    for t in range(npend):
+        ki += pc[t] * slots[ps[t], i]
+    ui = y[i] * (ki + kp.bias2 * kp.sb[0]) + kp.o[i]
+    dg, shrink = _coordinate_steps(i, m, a.shape[0] // m, ui, qp.qd[i], qp.D, qp.p, qp.U, a, shrinking,
+                                   pg_hi, pg_lo, stats)
+    if dg != 0.0:
+        c = dg * y[i]
+        kp.sb[0] += c
+        if group <= 1:
+            _add_row(cache, i, c, kp.kv)
+        else:
+            cache_row(cache, i)
+            ps[npend] = cache.slot_of[i]
+            pc[npend] = c
+            npend += 1
+            if npend == group:
+                _flush(slots, ps, pc, npend, kp.kv)
+                npend = 0
+    return npend, shrink
+
+
+@njit(cache=True)
 def _kernel_epochs(kp, qp, opts, a, rng):
     """The epochs of the kernel path: u_i = y_i (kv_i + B^2 sb) + o_i with kv = K Y gamma and
     sb = sum_i y_i gamma_i (``kp``, a :data:`KernelPath`, updated in place with a).
@@ -334,17 +375,12 @@ def _kernel_epochs(kp, qp, opts, a, rng):
     kept pending and added to kv in one pass over their rows, while the coordinates visited in
     between see them through the entries K[i_t, i] of the pending rows (the same steps as one at
     a time). Returns (epochs, converged)."""
-    y, cache, kv, sb, o, bias2 = qp.y, kp.cache, kp.kv, kp.sb, kp.o, kp.bias2
-    m = y.shape[0]
-    n_sides = a.shape[0] // m
+    m = qp.y.shape[0]
     index = np.arange(m)
     active = m
     pg_old = np.array([np.inf, -np.inf])
     stats = np.empty(2)
-    slots, slot_of = cache.slots, cache.slot_of
-    group = min(opts.group, slots.shape[0] - 1)  # pending rows must stay cached while the next is fetched
-    ps = np.zeros(max(group, 1), dtype=np.int64)
-    pc = np.zeros(max(group, 1))
+    group, ps, pc = _pending_rows(opts.group, kp.cache.slots.shape[0], 1)
     npend = 0
     it = 0
     converged = False
@@ -352,32 +388,14 @@ def _kernel_epochs(kp, qp, opts, a, rng):
         _begin_epoch(stats, index, active, rng)
         s = 0
         while s < active:
-            i = index[s]
-            ki = kv[i]
-            for t in range(npend):
-                ki += pc[t] * slots[ps[t], i]
-            ui = y[i] * (ki + bias2 * sb[0]) + o[i]
-            dg, shrink = _coordinate_steps(i, m, n_sides, ui, qp.qd[i], qp.D, qp.p, qp.U, a, opts.shrinking,
-                                           pg_old[0], pg_old[1], stats)
-            if dg != 0.0:
-                c = dg * y[i]
-                sb[0] += c
-                if group <= 1:
-                    _add_row(cache, i, c, kv)
-                else:
-                    cache_row(cache, i)
-                    ps[npend] = slot_of[i]
-                    pc[npend] = c
-                    npend += 1
-                    if npend == group:
-                        _flush(slots, ps, pc, npend, kv)
-                        npend = 0
+            npend, shrink = _visit(index[s], kp, qp, a, ps, pc, npend, group, opts.shrinking, pg_old[0], pg_old[1],
+                                   stats)
             if shrink:
                 active = _shrink(index, s, active)
             else:
                 s += 1
         if npend > 0:
-            _flush(slots, ps, pc, npend, kv)
+            _flush(kp.cache.slots, ps, pc, npend, kp.kv)
             npend = 0
         it += 1
         converged, active = _end_epoch(stats, pg_old, active, m, opts.tol)
@@ -401,16 +419,11 @@ def _kernel_block_epochs(kp, qp, opts, a, rng, block):
     plain epochs on ODM's problems. The stopping rule is LIBLINEAR's on the first epoch of
     every block (each variable's projected gradient where the sweep meets it). No shrinking.
     Returns (sweeps, converged)."""
-    y, cache, kv, sb, o, bias2 = qp.y, kp.cache, kp.kv, kp.sb, kp.o, kp.bias2
-    m = y.shape[0]
-    n_sides = a.shape[0] // m
+    m = qp.y.shape[0]
     index = np.arange(m)
     stats = np.empty(2)
     inner_stats = np.empty(2)
-    slots, slot_of = cache.slots, cache.slot_of
-    group = min(opts.group, slots.shape[0] - block - 1)
-    ps = np.zeros(max(group, 1), dtype=np.int64)
-    pc = np.zeros(max(group, 1))
+    group, ps, pc = _pending_rows(opts.group, kp.cache.slots.shape[0], block + 1)
     npend = 0
     it = 0
     converged = False
@@ -426,28 +439,10 @@ def _kernel_block_epochs(kp, qp, opts, a, rng, block):
                 inner_stats[0] = -np.inf
                 inner_stats[1] = np.inf
                 for s in range(b0, b1):
-                    i = index[s]
-                    ki = kv[i]
-                    for t in range(npend):
-                        ki += pc[t] * slots[ps[t], i]
-                    ui = y[i] * (ki + bias2 * sb[0]) + o[i]
-                    dg, _ = _coordinate_steps(i, m, n_sides, ui, qp.qd[i], qp.D, qp.p, qp.U, a, False,
-                                              np.inf, -np.inf, inner_stats)
-                    if dg != 0.0:
-                        c = dg * y[i]
-                        sb[0] += c
-                        if group <= 1:
-                            _add_row(cache, i, c, kv)
-                        else:
-                            cache_row(cache, i)
-                            ps[npend] = slot_of[i]
-                            pc[npend] = c
-                            npend += 1
-                            if npend == group:
-                                _flush(slots, ps, pc, npend, kv)
-                                npend = 0
+                    npend, _ = _visit(index[s], kp, qp, a, ps, pc, npend, group, False, np.inf, -np.inf,
+                                      inner_stats)
                 if npend > 0:
-                    _flush(slots, ps, pc, npend, kv)
+                    _flush(kp.cache.slots, ps, pc, npend, kp.kv)
                     npend = 0
                 if inner == 0:
                     stats[0] = max(stats[0], inner_stats[0])
