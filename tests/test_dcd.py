@@ -117,6 +117,46 @@ def test_block_sweeps_of_a_small_cache_reach_the_optimum_with_fewer_rows(rng, mo
     assert cache.misses < 0.6 * plain_cache.misses, (cache.misses, plain_cache.misses)
 
 
+@pytest.mark.parametrize("two_sided,finite_box", [(True, False), (False, True)])
+def test_greedy_selection_reaches_the_optimum(rng, two_sided, finite_box):
+    """Greedy steps (every row at hand) end on scipy's optimum and the random epochs' point, from
+    zero (where every projected gradient is equal: not a stop) and from a start a0."""
+    X, y, n_var, D, p, U = _problem(rng, m=120, two_sided=two_sided, finite_box=finite_box)
+    m = X.shape[0]
+    K = resolve_kernel("rbf", X, gamma=0.2)(X)
+    if not two_sided:  # LDM's dual: no quadratic term of its own, linear term -1
+        D[:], p[:] = 0.0, -1.0
+    kw = dict(n_var=n_var, gram=K, tol=1e-10, max_iter=100000, random_state=0)
+    greedy = dcd_kernel(y, D, p, U, selection="greedy", **kw)
+    plain = dcd_kernel(y, D, p, U, **kw)
+    np.testing.assert_allclose(greedy.a, plain.a, atol=1e-7)
+    Q = (y[:, None] * (K + 1.0)) * y[None, :]
+    ref, f = _reference(Q, D, p, U, m)
+    assert f(greedy.a) == pytest.approx(ref, rel=1e-7, abs=1e-9)
+    again = dcd_kernel(y, D, p, U, a0=plain.a, selection="greedy", **kw)
+    assert again.n_iter <= 1
+    with pytest.raises(ValueError, match="selection"):
+        dcd_kernel(y, D, p, U, selection="best", **kw)
+
+
+def test_greedy_selection_needs_far_fewer_steps_on_a_creeping_dual(rng):
+    """A hinge-type dual (D = 0, p = -1, a large box) on an ill-conditioned RBF kernel: the random
+    epochs creep; the greedy steps stop after a small multiple of m steps."""
+    X, y, _, _, _, _ = _problem(rng, m=150, d=3)
+    K = resolve_kernel("rbf", X, gamma=2.0)(X)
+    U = np.full(150, 100.0)
+    kw = dict(n_var=150, gram=K, bias=0.0, tol=1e-3, max_iter=100000, random_state=0)
+    plain = dcd_kernel(y, 0.0, -1.0, U, **kw)
+    greedy = dcd_kernel(y, 0.0, -1.0, U, selection="greedy", **kw)
+    assert plain.converged and greedy.converged
+    assert greedy.n_iter * 5 < plain.n_iter, (greedy.n_iter, plain.n_iter)
+
+    def f(a):
+        return 0.5 * (y * a) @ K @ (y * a) - a.sum()
+
+    assert f(greedy.a) == pytest.approx(f(plain.a), rel=1e-6)  # the same point to the tolerance
+
+
 def test_offsets_linear_and_kernel_agree(rng):
     """A linear offset w0 and the kernel offset u0 = Y Xh w0 define the same problem."""
     X, y, _, _, _, _ = _problem(rng, two_sided=False, finite_box=True)

@@ -455,6 +455,72 @@ def _kernel_block_epochs(kp, qp, opts, a, rng, block):
 
 
 @njit(cache=True)
+def _greedy_pick(kp, qp, a):
+    """The variable whose exact projected step lowers the objective most, and the spread
+    max(PG, 0) - min(PG, 0) of the projected gradient over all variables (LIBSVM's working-set rule
+    with second-order information, for one variable and box constraints only). The decrease
+    of the unclipped step, pg^2 / (2 h), bounds the clipped one: only a variable that could beat
+    the best so far has its clipped step worked out."""
+    y, kv, o = qp.y, kp.kv, kp.o
+    m = y.shape[0]
+    base = kp.bias2 * kp.sb[0]
+    best, pick = 0.0, -1
+    hi, lo = 0.0, 0.0  # the spread of {PG} and 0: all PG equal and non-zero is no optimum
+    for side in range(a.shape[0] // m):
+        sg = 1.0 - 2.0 * side
+        for i in range(m):
+            k = i + side * m
+            g = sg * (y[i] * (kv[i] + base) + o[i]) + qp.D[k] * a[k] + qp.p[k]
+            pg = min(g, 0.0) if a[k] <= 0.0 else (max(g, 0.0) if a[k] >= qp.U[k] else g)
+            hi = max(hi, pg)
+            lo = min(lo, pg)
+            h = qp.qd[i] + qp.D[k]
+            if pg == 0.0 or (h > 0.0 and pg * pg <= 2.0 * h * best):
+                continue
+            step = (qp.U[k] if g < 0.0 else 0.0) - a[k] if h <= 0.0 else min(max(a[k] - g / h, 0.0), qp.U[k]) - a[k]
+            gain = -(g * step + 0.5 * h * step * step)
+            if gain > best:
+                best, pick = gain, k
+    return pick, hi - lo
+
+
+@njit(cache=True)
+def _kernel_greedy(kp, qp, opts, a):
+    """Greedy coordinate descent on the kernel path with every kernel row at hand: each step
+    takes the variable of :func:`_greedy_pick` (a scan of the gradient, O(n_var)) and adds its
+    row to kv (O(m)). Where the random-order epochs creep (many free variables, a large box,
+    an ill-conditioned Q: LDM at C = 100 took 16 000 epochs on 276 rows) it reaches the same
+    stopping rule in a small multiple of n_var steps. ``opts.max_iter`` counts n_var steps;
+    returns (steps / n_var rounded up, converged)."""
+    n_var = a.shape[0]
+    max_steps = opts.max_iter * n_var
+    steps = 0
+    while steps < max_steps:
+        k, spread = _greedy_pick(kp, qp, a)
+        if spread <= opts.tol or k < 0:
+            return -(-steps // n_var), True
+        _step_variable(k, kp, qp, a)
+        steps += 1
+    return opts.max_iter, False
+
+
+@njit(cache=True)
+def _step_variable(k, kp, qp, a):
+    """The exact projected step on variable k (of sample i = k mod m), kv updated with row i."""
+    m = qp.y.shape[0]
+    i = k % m
+    sg = 1.0 if k < m else -1.0
+    g = sg * (qp.y[i] * (kp.kv[i] + kp.bias2 * kp.sb[0]) + kp.o[i]) + qp.D[k] * a[k] + qp.p[k]
+    h = qp.qd[i] + qp.D[k]
+    new = (qp.U[k] if g < 0.0 else 0.0) if h <= 0.0 else min(max(a[k] - g / h, 0.0), qp.U[k])
+    delta = new - a[k]
+    a[k] = new
+    c = sg * delta * qp.y[i]
+    kp.sb[0] += c
+    _add_row(kp.cache, i, c, kp.kv)
+
+
+@njit(cache=True)
 def _kernel_kv(cache, y, gamma, kv, sb):
     for i in range(gamma.shape[0]):
         if gamma[i] != 0.0:
@@ -473,7 +539,7 @@ def _cache_block(n_slots: int, m: int):
 
 def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=None, bias=1.0, u0=None,
                a0=None, tol=1e-3, max_iter=1000, shrinking=True, random_state=None,
-               warn_label="DCD") -> DCDResult:
+               warn_label="DCD", selection="random") -> DCDResult:
     """DCD with the kernel data path (see the module docstring).
 
     Q_ij = y_i y_j (K_ij + bias^2) with K read from exactly one of ``cache`` (a
@@ -488,12 +554,20 @@ def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=N
     warn_label : str or None
         The name in the ConvergenceWarning at ``max_iter``; None: no warning (the caller
         continues from the returned point).
+    selection : {"random", "greedy"}
+        ``"random"``: epochs over the variables in a random order (LIBLINEAR's); ``"greedy"``:
+        with every row at hand (``gram``, or a cache that holds all rows), each step takes the
+        variable whose step lowers the objective most (:func:`_kernel_greedy`; ``max_iter``
+        then counts n_var steps, ``n_iter`` the steps / n_var); with a smaller cache, the block
+        sweeps of the random selection.
     Returns DCDResult with u = Q gamma + o.
     """
     y = np.ascontiguousarray(y, dtype=np.float64)
     m = y.shape[0]
     if n_var not in (m, 2 * m):
         raise ValueError(f"n_var must be m or 2 m; got {n_var} for m = {m}.")
+    if selection not in ("random", "greedy"):
+        raise ValueError(f"selection must be 'random' or 'greedy'; got {selection!r}.")
     if (cache is None) == (gram is None):
         raise ValueError("Give exactly one of cache and gram.")
     D, p, U = _as_arrays(n_var, D, p, U)
@@ -515,7 +589,9 @@ def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=N
     path, qp = KernelPath(cache.state, kv, sb, o, bias2), BoxQP(y, qd, D, p, U)
     opts = DCDOptions(float(tol), int(max_iter), bool(shrinking), _GROUP)
     block = _cache_block(cache.state.slots.shape[0], m)
-    if block is None:
+    if selection == "greedy" and block is None:
+        it, conv = _kernel_greedy(path, qp, opts, a)
+    elif block is None:
         it, conv = _kernel_epochs(path, qp, opts, a, seed_from(random_state))
     else:
         it, conv = _kernel_block_epochs(path, qp, opts, a, seed_from(random_state), block)

@@ -254,7 +254,12 @@ class LDMLinearResult(UnpackableResult):
 
 def ldm_dcd_kernel(G, y, sample_weight, lambda1, lambda2, C, *, tol=1e-3, max_iter=1000, beta0=None,
                    shrinking=True, random_state=None, overwrite=False, base=None):
-    """Kernel LDM: set up H (O(m^3)), DCD over beta, alpha from one solve.
+    """Kernel LDM: set up H (O(m^3)), coordinate descent over beta, alpha from one solve.
+
+    The coordinate steps pick the variable of greatest decrease (``dcd_kernel(...,
+    selection="greedy")``, H is at hand): the random-order epochs crept on LDM's duals at the
+    paper's C in {10, 50, 100} (16 000 epochs, 1.7 s on 276 rows of australian at C = 100,
+    against 42 000 greedy steps, 0.1 s, to the same stopping rule). ``max_iter`` counts m steps.
 
     G must include the constant feature (k + B^2) (unused when a shared ``base`` is given).
     Returns an :class:`LDMKernelResult`.
@@ -269,7 +274,7 @@ def ldm_dcd_kernel(G, y, sample_weight, lambda1, lambda2, C, *, tol=1e-3, max_it
     res = dcd_kernel(np.ones_like(s), 0.0, -1.0, C * s, n_var=s.shape[0], gram=system.H, bias=0.0, u0=u0,
                      a0=beta0, tol=tol,
                      max_iter=max_iter, shrinking=shrinking, random_state=random_state,
-                     warn_label="LDM")
+                     warn_label="LDM", selection="greedy")
     beta = res.a
     dual = float(beta.sum() - 0.5 * (beta + shift) @ res.u)
     return LDMKernelResult(alpha=system.alpha(beta, lambda2), beta=beta, dual=dual, n_iter=res.n_iter,
