@@ -100,6 +100,25 @@ def test_kernel_dual_matches_qp_and_duality_gap(rng, lambda1, lambda2, C):
     assert f(beta) == pytest.approx(ref.fun, rel=1e-6)
 
 
+def test_kernel_greedy_phase_ends_where_random_epochs_end(rng, monkeypatch):
+    """At a large C the random epochs creep; the greedy steps that take over after
+    _GREEDY_AFTER epochs reach the random epochs' point (same dual value) in fewer iterations."""
+    from margindist.solvers import ldm
+
+    X, y = _data(rng, m=120)
+    s = np.ones(120)
+    G = _gram_rbf(X) + 1.0
+    after = ldm._GREEDY_AFTER
+    hybrid = ldm_dcd_kernel(G, y, s, 2.0**-8, 2.0**-8, 100.0, tol=1e-6, max_iter=100000, random_state=0)
+    monkeypatch.setattr(ldm, "_GREEDY_AFTER", 10**9)
+    plain = ldm_dcd_kernel(G, y, s, 2.0**-8, 2.0**-8, 100.0, tol=1e-6, max_iter=100000, random_state=0)
+    assert hybrid.converged and plain.converged
+    assert plain.n_iter > after  # the handover really happened
+    assert hybrid.n_iter < plain.n_iter
+    assert hybrid.dual == pytest.approx(plain.dual, rel=1e-8)
+    np.testing.assert_allclose(hybrid.alpha, plain.alpha, atol=1e-4 * np.abs(plain.alpha).max())
+
+
 @pytest.mark.parametrize("lambda1,lambda2,C", PARAMS)
 def test_linear_dual_matches_kernel_dual(rng, lambda1, lambda2, C):
     X, y = _data(rng)
