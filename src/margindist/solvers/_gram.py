@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from ..kernels import _chunk_rows
+
 __all__ = ["BLOCK_BYTES", "weighted_gram", "x_dot", "xt_dot"]
 
 #: Bytes of one float64 block of rows.
@@ -22,7 +24,7 @@ BLOCK_BYTES = 32 * 2**20
 
 def _blocks(X, max_bytes):
     """(start, stop, float64 rows X[start:stop]) over dense X."""
-    step = max(1, int(max_bytes) // (8 * max(X.shape[1], 1)))
+    step = _chunk_rows(X.shape[0], X.shape[1], int(max_bytes))
     for start in range(0, X.shape[0], step):
         stop = min(start + step, X.shape[0])
         yield start, stop, np.asarray(X[start:stop], dtype=np.float64)
