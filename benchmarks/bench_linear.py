@@ -52,6 +52,7 @@ ESTIMATORS = {
     "M3SVM": lambda: M3SVM(),
     "FMM": lambda: FMM(),
     "MSVMAv": lambda: MSVMAv(),
+    "MSVMAv(anderson)": lambda: MSVMAv(solver="anderson"),
     "MAMC": lambda: MAMC(),
 }
 ROWS = {"dense": dense, "sparse": sparse, "large_sparse": large_sparse}

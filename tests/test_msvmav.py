@@ -11,6 +11,7 @@ from _numdiff import central_diff
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics.pairwise import rbf_kernel
 
+from margindist._defaults import msvmav_alpha_beta
 from margindist.metrics import msvmav_bound_term, semivariance
 from margindist.models.msvmav import MSVMAv
 from margindist.solvers.msvmav import (
@@ -787,3 +788,77 @@ def test_compiled_loop_screened_history_is_that_of_exact_margins():
     assert res.history["n_active"][-1] == A.sum()
     sv = s[A] @ (theta - m[A]) ** 2 / s.sum()
     assert res.history["semivariance"][-1] == pytest.approx(sv, rel=1e-9)
+
+
+# --------------------------------------------------------------------------------------
+# solver="anderson": the same fixed point as the paper's iteration, in fewer evaluations
+# --------------------------------------------------------------------------------------
+
+
+def _paper_step(Z, s, alpha, beta, w):
+    """One step of the paper's Algorithm 1 from w (dense solves; :func:`_direct_run`'s body)."""
+    S = s.sum()
+    u = Z.T @ s
+    m = Z @ w
+    theta = s @ m / S
+    A = m < theta
+    H = np.eye(Z.shape[1]) + (Z[A].T * s[A]) @ Z[A] / (S * beta)
+    w = np.linalg.solve(H, theta / (S * beta) * (Z[A].T @ s[A]) + w) + u / (2 * alpha * S)
+    w /= np.linalg.norm(w)
+    return -w if u @ w < 0 else w
+
+
+@pytest.mark.parametrize("update", ["auto", "batched", "cg"])
+def test_anderson_reaches_the_papers_fixed_point(wdbc, update):
+    """Where the paper's iteration converges, the accelerated run reaches the same w in a
+    fraction of the evaluations, and one dense paper step from it returns it (a fixed point)."""
+    X, y = wdbc
+    s = np.ones(y.size)
+    alpha, beta = msvmav_alpha_beta("scale", "scale", X, y, s)
+    kw = dict(max_iter=20000, tol=1e-10, update=update)
+    plain = msvmav_linear(X, y, s, alpha, beta, **kw)
+    fast = msvmav_linear(X, y, s, alpha, beta, solver="anderson", **kw)
+    assert plain.converged and fast.converged
+    assert fast.n_iter * 3 < plain.n_iter
+    w_p, w_a = np.r_[plain.w, plain.b], np.r_[fast.w, fast.b]
+    assert np.linalg.norm(w_a - w_p) < 1e-6
+    Z = y[:, None] * np.c_[X, np.ones(y.size)]
+    assert np.linalg.norm(_paper_step(Z, s, alpha, beta, w_a) - w_a) < 1e-8
+
+
+def test_anderson_compiled_loop_matches_numpy_loop(wdbc):
+    """The compiled dense loop and the NumPy loop take the same accelerated steps."""
+    X, y = wdbc
+    s = np.linspace(0.5, 2.0, y.size)
+    kw = dict(max_iter=60, tol=0.0, solver="anderson", return_best=False)
+    a = msvmav_linear(X, y, s, 64.0, 0.05, update="auto", **kw)
+    b = msvmav_linear(X, y, s, 64.0, 0.05, update="batched", **kw)
+    assert a.family == "compiled" and b.family == "direct"
+    assert np.allclose(a.w, b.w, atol=1e-8) and np.isclose(a.b, b.b, atol=1e-8)
+    assert np.allclose(a.history["bound"], b.history["bound"], rtol=1e-7)
+    assert np.allclose(a.history["step"][1:], b.history["step"][1:], rtol=1e-6, atol=1e-12)
+
+
+def test_anderson_kernel_loop_reaches_the_papers_fixed_point():
+    """Kernel path (compiled capacitance loop): the accelerated run converges to the fixed
+    point of the paper's kernel iteration run to convergence."""
+    X, y, s, spec = _kernel_problem(n=150, seed=15)
+    alpha, beta = msvmav_alpha_beta("scale", "scale", X, y, s, True, spec)
+    kw = dict(max_iter=20000, tol=1e-10, fit_intercept=True, return_best=False)
+    plain = msvmav_kernel(spec, X, y, s, alpha, beta, **kw)
+    fast = msvmav_kernel(spec, X, y, s, alpha, beta, solver="anderson", **kw)
+    assert plain.family == fast.family == "capacitance"
+    assert plain.converged and fast.converged and fast.n_iter * 3 < plain.n_iter
+    K = rbf_kernel(X, gamma=0.5) + 1.0
+    d = fast.w - plain.w
+    assert d @ K @ d < 1e-12  # the same function, in the RKHS norm
+
+
+def test_anderson_estimator_option(wdbc):
+    X, y = wdbc
+    a = MSVMAv(solver="anderson").fit(X, y)
+    b = MSVMAv().fit(X, y)
+    assert a.n_iter_ < b.n_iter_
+    assert abs(a.score(X, y) - b.score(X, y)) < 0.01
+    with pytest.raises(ValueError, match="solver"):
+        MSVMAv(solver="newton").fit(X, y)

@@ -18,6 +18,8 @@ from llvmlite import binding as _llvm
 from numba import njit, types
 from numba.extending import get_cython_function_address
 
+from ._anderson import MEMORY, anderson_step
+
 __all__ = ["dense_loop", "kernel_loop"]
 
 
@@ -218,8 +220,27 @@ def _record(hist, k, theta, sv, n_act, c, step, w, best_w, best_k, tol):
 
 
 @njit(cache=True)
-def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol):
-    """The MSVMAv iteration on dense X (rows z_i = y_i [x_i, 1?]); X row-major (C order).
+def _unit(v, N, u):
+    """v / ||v||_N with the sign that keeps the average margin positive (Section 5), in place;
+    False when the norm is not a positive finite number."""
+    nrm = 0.0
+    mean = 0.0
+    for j in range(v.shape[0]):
+        nrm += N[j] * v[j] * v[j]
+        mean += u[j] * v[j]
+    nrm = np.sqrt(nrm)
+    if not np.isfinite(nrm) or nrm <= 0.0:
+        return False
+    sgn = 1.0 / nrm if mean >= 0 else -1.0 / nrm
+    for j in range(v.shape[0]):
+        v[j] *= sgn
+    return True
+
+
+@njit(cache=True)
+def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol, accel):
+    """The MSVMAv iteration on dense X (rows z_i = y_i [x_i, 1?]); X row-major (C order); with
+    ``accel`` the next point is the Anderson combination of the last iterates (:mod:`._anderson`).
 
     Margins: a full pass over X gives exact reference margins m_ref at w_ref; at the next
     iterates only the rows within ||z_i|| ||w - w_ref|| of theta are recomputed
@@ -258,6 +279,11 @@ def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol):
     best_w = w0.copy()
 
     changed = np.empty(n, dtype=np.int64)  # indices whose membership changed
+    aa_dX = np.zeros((MEMORY, d))  # Anderson state (see _anderson.anderson_state)
+    aa_dG = np.zeros((MEMORY, d))
+    aa_last = np.zeros((2, d))
+    aa_info = np.zeros(3, dtype=np.int64)
+    aa_gmin = np.full(1, np.inf)
     # iterate 0
     _margins(X, y, w, intercept, m)
     n_full = 1
@@ -293,24 +319,24 @@ def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol):
         if not _solve_spd(H, rhs, L, w_half):
             status = 1
             break
-        nrm = 0.0
-        mean = 0.0
         for j in range(d):
             w_new[j] = w_half[j] + am_step[j]
-            nrm += N[j] * w_new[j] * w_new[j]
-            mean += u[j] * w_new[j]
-        nrm = np.sqrt(nrm)
-        if not np.isfinite(nrm) or nrm <= 0.0:
+        if not _unit(w_new, N, u):
             status = 2
             break
-        sgn = 1.0 / nrm if mean >= 0 else -1.0 / nrm
-        dw = 0.0
+        dw = 0.0  # the residual ||T(w) - w||
         for j in range(d):
-            w_new[j] *= sgn
-            dw += N[j] * (w_new[j] - w[j]) ** 2
+            w_half[j] = w_new[j] - w[j]
+            dw += N[j] * w_half[j] ** 2
+        dw = np.sqrt(dw)
+        if accel:
+            anderson_step(w, w_half, aa_dX, aa_dG, aa_last, aa_info, aa_gmin, w_new)
+            if not _unit(w_new, N, u):
+                status = 2
+                break
+        for j in range(d):
             w_half[j] = w_new[j] - w[j]  # the step, kept for the next full pass
             w[j] = w_new[j]
-        dw = np.sqrt(dw)
         theta = np.dot(u, w) / S
         alpha = 0.0  # w - w_ref = alpha v + r
         for j in range(d):
@@ -601,7 +627,22 @@ def _cap_refactor(buf, A, act, pos, K, Rinv, y, ys, s, nb, m):
 
 
 @njit(cache=True)
-def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_every, refresh_tol):
+def _unit_k(c, mm, s):
+    """Scale the signed coefficients c and their margins mm to a^T K a = c . mm = 1 with a
+    positive average margin (Section 5), in place; False when c . mm is not positive and finite."""
+    nrm2 = np.dot(c, mm)
+    if not (np.isfinite(nrm2) and nrm2 > 0.0):
+        return False
+    f = 1.0 / np.sqrt(nrm2)
+    if np.dot(s, mm) < 0:
+        f = -f
+    c *= f
+    mm *= f
+    return True
+
+
+@njit(cache=True)
+def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_every, refresh_tol, accel):
     """The kernel MSVMAv iteration in the signed coefficients c = y * a ("paper" metric
     R = D^{-1} + K, D = diag(s), Y = diag(y)); margins m = y * (K a):
 
@@ -613,7 +654,9 @@ def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_
     (Woodbury on (R + K_A^T D_A K_A / nb)^{-1}.) The inverse of C is held row-major in a flat
     buffer and follows A by Schur-complement removals and bordering additions (about
     3 c |A|^2 for c indices), refactorised when that is cheaper and checked on a probe vector
-    every ``check_every`` updates. A NumPy twin with a callback lives with the tests.
+    every ``check_every`` updates. A NumPy twin with a callback lives with the tests. With
+    ``accel`` the next point is the Anderson combination of the last iterates in c
+    (:mod:`._anderson`; one more product with K for its margins).
 
     Returns (c_last, c_best, n_iter, hist (n_iter + 1, 6), best_k, converged, status, schemes
     (1 = refactorisation), n_refresh) with status 0 ok, 2 non-finite iterate, 3 degenerate
@@ -643,6 +686,11 @@ def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_
 
     act = np.empty(m, dtype=np.int64)
     pos = np.full(m, -1, dtype=np.int64)
+    aa_dX = np.zeros((MEMORY, m))  # Anderson state (see _anderson.anderson_state)
+    aa_dG = np.zeros((MEMORY, m))
+    aa_last = np.zeros((2, m))
+    aa_info = np.zeros(3, dtype=np.int64)
+    aa_gmin = np.full(1, np.inf)
     buf = np.empty(0)  # the inverse, row-major in buf[:n*n]; updates write into spare and swap
     spare = np.empty(0)
     n = -1  # no inverse yet
@@ -678,21 +726,21 @@ def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_
                 ve[act[a]] = v[a]
         c_full = c + ve - y * _symv(Rinv, ys * ve) + am
         m_full = y * _symv(K, y * c_full)
-        nrm2 = np.dot(c_full, m_full)
-        if not (np.isfinite(nrm2) and nrm2 > 0.0):
+        if not _unit_k(c_full, m_full, s):
             status = 2
             break
-        f = 1.0 / np.sqrt(nrm2)
-        if np.dot(s, m_full) < 0:
-            f = -f
-        step = 0.0
+        step = 0.0  # the residual, in the RKHS norm
         for i in range(m):
-            cn = f * c_full[i]
-            mn = f * m_full[i]
-            step += (cn - c[i]) * (mn - mm[i])
-            c[i] = cn
-            mm[i] = mn
+            step += (c_full[i] - c[i]) * (m_full[i] - mm[i])
         step = np.sqrt(max(step, 0.0))
+        if accel:
+            anderson_step(c, c_full - c, aa_dX, aa_dG, aa_last, aa_info, aa_gmin, c_full)
+            m_full = y * _symv(K, y * c_full)
+            if not _unit_k(c_full, m_full, s):
+                status = 2
+                break
+        c[:] = c_full
+        mm[:] = m_full
 
         # ---- margins, A, history
         theta = np.dot(s, mm) / S

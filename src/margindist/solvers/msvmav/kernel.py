@@ -12,7 +12,7 @@ from ._common import CHECK_EVERY, REFRESH_TOL, blas_single_thread, diverged
 from ._design import Design
 from ._history import MSVMAvResult, make_result
 from ._loops import kernel_loop
-from .linear import msvmav_iterate
+from .linear import accelerated, msvmav_iterate
 
 __all__ = ["msvmav_kernel", "weighted_gram_eig", "weighted_gram_factor"]
 
@@ -86,20 +86,21 @@ def weighted_gram_factor(spec, X, s, fit_intercept, cache=None):
 
 
 def _kernel_compiled(K, Rinv, y, s, alpha, beta, *, max_iter=100, tol=1e-6, refresh_every=None,
-                     return_best=False, **_):
+                     return_best=False, solver="fixed-point", **_):
     """The kernel iteration in the coefficients ("paper" metric R = D^{-1} + K, no
     eigendecomposition) as one compiled loop (:func:`._loops.kernel_loop`); the result's ``w``
     are the coefficients a, or None for a degenerate start (s y with zero RKHS norm)."""
+    accel = accelerated(solver)
     c, best_c, n_iter, hist, best_k, converged, status, schemes, n_refresh = kernel_loop(
         K, Rinv, y, s, float(alpha), float(beta), int(max_iter), float(tol),
-        int(refresh_every or 0), CHECK_EVERY, REFRESH_TOL)
+        int(refresh_every or 0), CHECK_EVERY, REFRESH_TOL, accel)
     if status == 3:
         return None
     if status == 2:
         raise diverged(n_iter, "the coefficients are")
     names = ["init"] + ["capacitance-refactor" if f else "capacitance" for f in schemes[1:]]
-    res = make_result(hist, names, c, best_c, best_k, n_iter, converged, return_best, family="capacitance",
-                      n_refresh=int(n_refresh))
+    res = make_result(hist, names, c, best_c, best_k, n_iter, converged, return_best,
+                      family="capacitance", n_refresh=int(n_refresh))
     res.w = y * res.w
     return res
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._anderson import anderson_state, anderson_step
 from ._cg import CG_TOL, CGSystem
 from ._common import as_float64, blas_single_thread, diverged
 from ._design import Design
@@ -40,7 +41,10 @@ from ._direct import DirectSystem
 from ._history import History, MSVMAvResult, make_result
 from ._loops import dense_loop
 
-__all__ = ["msvmav_iterate", "msvmav_linear"]
+__all__ = ["SOLVERS", "accelerated", "msvmav_iterate", "msvmav_linear"]
+
+#: How the fixed point is approached: the paper's iteration, or Anderson-accelerated (:mod:`._anderson`).
+SOLVERS = ("fixed-point", "anderson")
 
 #: "auto" never forms a d x d matrix above this many features (dense / sparse X).
 MAX_DIRECT_DENSE = 4096
@@ -74,7 +78,7 @@ def _start(step, N, d):
 
 def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights=None,
                    max_iter=100, tol=1e-6, update="auto", refresh_every=None, cg_tol=CG_TOL,
-                   return_best=False, callback=None, log=None) -> MSVMAvResult:
+                   return_best=False, solver="fixed-point", callback=None, log=None) -> MSVMAvResult:
     """Run the MSVMAv iteration on the rows z_i of ``design``.
 
     Parameters
@@ -106,7 +110,12 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
     cg_tol : float
         Relative residual of the conjugate-gradient solves.
     return_best : bool
-        Return the iterate with the smallest SV/theta^2 instead of the last one.
+        Return the iterate with the smallest SV/theta^2 instead of the last one (with
+        ``solver="anderson"``: of the points the accelerated sequence visited).
+    solver : {"fixed-point", "anderson"}
+        The paper's iteration w_k = T(w_{k-1}), or Anderson acceleration of the same map
+        (:mod:`._anderson`): the same fixed point in tens instead of thousands of evaluations.
+        ``tol`` then bounds the residual ||T(w) - w||.
     callback : callable, optional
         Called after each iteration with a dict (k, active, theta, w_prev, w_half, w, scheme,
         M (current explicit inverse or None), G (Gram sum or None), g). Testing aid.
@@ -128,24 +137,42 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
     N = None if norm_weights is None else np.asarray(norm_weights, dtype=np.float64)
     step = u if step is None else np.asarray(step, dtype=np.float64)
     w = _start(step, N, d)
+    accel = accelerated(solver)
     am_step = step / (2.0 * alpha * S)
     if (update == "auto" and callback is None and not design.sparse and design.c is None
             and d <= MAX_COMPILED):
-        return _compiled(design, s, u, w, P, am_step, N, beta, max_iter, tol, return_best)
+        return _compiled(design, s, u, w, P, am_step, N, beta, max_iter, tol, return_best, accel)
     family = _choose_family(design, update)
     if family == "direct":
         system = DirectSystem(design, s, P, S * beta, update, refresh_every)
     else:
         system = CGSystem(design, s, P, S * beta, cg_tol, log)
     hist = History(max_iter, s, S)
-    k, w, converged = _run(design, system, hist, u, w, am_step, N, max_iter, tol, callback, log)
-    return hist.result(w, k, converged, return_best, family=family, n_refresh=getattr(system, "n_refresh", 0),
-                       n_products=getattr(system, "n_products", 0))
+    k, w, converged = _run(design, system, hist, u, w, am_step, N, max_iter, tol, accel, callback, log)
+    return hist.result(w, k, converged, return_best, family=family,
+                       n_refresh=getattr(system, "n_refresh", 0), n_products=getattr(system, "n_products", 0))
 
 
-def _run(design, system, hist, u, w, am_step, N, max_iter, tol, callback, log):
+def accelerated(solver):
+    """Whether ``solver`` (one of :data:`SOLVERS`) is the Anderson-accelerated one."""
+    if solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
+    return solver == "anderson"
+
+
+def _unit(v, N, u, k):
+    """v / ||v||_N with the sign that keeps the average margin positive (Section 5), in place."""
+    nrm = float(np.sqrt(v @ v if N is None else v @ (N * v)))
+    if not np.isfinite(nrm) or nrm <= 0:
+        raise diverged(k, detail=f" (norm {nrm})")
+    v /= nrm if u @ v >= 0 else -nrm
+    return v
+
+
+def _run(design, system, hist, u, w, am_step, N, max_iter, tol, accel, callback, log):
     """The loop of :func:`msvmav_iterate` over a semi-variance ``system`` (direct or CG);
-    returns (iterations, last iterate, converged)."""
+    returns (iterations, last iterate, converged). With ``accel`` the next point is the
+    Anderson combination of the last iterates instead of T(w)."""
     S, nb = hist.S, system.nb
 
     def norm(v):
@@ -156,22 +183,20 @@ def _run(design, system, hist, u, w, am_step, N, max_iter, tol, callback, log):
     A = m < theta
     hist.record(0, m, theta, A, int(np.count_nonzero(A)), w)
     prevA = np.zeros(design.n, dtype=bool)
+    state = anderson_state(design.d) if accel else None
     converged = False
     k = 0
     for k in range(1, max_iter + 1):
         diff = np.flatnonzero(A != prevA)
         w_half, scheme = system.half_step(A, diff[A[diff]], diff[~A[diff]], theta, w, k)
-        w_new = w_half + am_step
-        nrm = norm(w_new)
-        if not np.isfinite(nrm) or nrm <= 0:
-            raise diverged(k, detail=f" (norm {nrm})")
-        w_new /= nrm
-        if u @ w_new < 0:  # Section 5: keep the average margin positive
-            w_new = -w_new
+        w_new = _unit(w_half + am_step, N, u, k)
         if callback is not None:
             callback({"k": k, "active": A, "theta": theta, "w_prev": w, "w_half": w_half,
                       "w": w_new, "scheme": scheme, "nb": nb, **system.callback_info(scheme)})
-        dw = norm(w_new - w)
+        dw = norm(w_new - w)  # the residual ||T(w) - w||
+        if accel:
+            anderson_step(w, w_new - w, *state, w_new)
+            w_new = _unit(w_new, N, u, k)
         w = w_new
         prevA = A
         m = design.matvec(w)
@@ -182,14 +207,14 @@ def _run(design, system, hist, u, w, am_step, N, max_iter, tol, callback, log):
     return k, w, converged
 
 
-def _compiled(design, s, u, w0, P, am_step, N, beta, max_iter, tol, return_best):
+def _compiled(design, s, u, w0, P, am_step, N, beta, max_iter, tol, return_best, accel):
     """The "auto" scheme for dense X with few features: the compiled batched loop (the result's
     ``n_products`` counts its full passes over X for the margins)."""
     d = design.d
     N_arr = np.ones(d) if N is None else N
     w, best_w, n_iter, hist, best_k, converged, status, n_full = dense_loop(
         np.ascontiguousarray(design.B), design.r, s, design.intercept, u, w0, P, am_step, N_arr, float(beta),
-        int(max_iter), float(tol))
+        int(max_iter), float(tol), accel)
     if status == 1:
         raise np.linalg.LinAlgError("MSVMAv: the semi-variance system is not positive definite.")
     if status == 2:
