@@ -817,7 +817,7 @@ def test_anderson_reaches_the_papers_fixed_point(wdbc, update):
     alpha, beta = msvmav_alpha_beta("scale", "scale", X, y, s)
     kw = dict(max_iter=20000, tol=1e-10, update=update)
     plain = msvmav_linear(X, y, s, alpha, beta, **kw)
-    fast = msvmav_linear(X, y, s, alpha, beta, solver="anderson", **kw)
+    fast = msvmav_linear(X, y, s, alpha, beta, solver="anderson", stall=0, **kw)
     assert plain.converged and fast.converged
     assert fast.n_iter * 3 < plain.n_iter
     w_p, w_a = np.r_[plain.w, plain.b], np.r_[fast.w, fast.b]
@@ -830,7 +830,7 @@ def test_anderson_compiled_loop_matches_numpy_loop(wdbc):
     """The compiled dense loop and the NumPy loop take the same accelerated steps."""
     X, y = wdbc
     s = np.linspace(0.5, 2.0, y.size)
-    kw = dict(max_iter=60, tol=0.0, solver="anderson", return_best=False)
+    kw = dict(max_iter=60, tol=0.0, solver="anderson", stall=0, return_best=False)
     a = msvmav_linear(X, y, s, 64.0, 0.05, update="auto", **kw)
     b = msvmav_linear(X, y, s, 64.0, 0.05, update="batched", **kw)
     assert a.family == "compiled" and b.family == "direct"
@@ -846,12 +846,28 @@ def test_anderson_kernel_loop_reaches_the_papers_fixed_point():
     alpha, beta = msvmav_alpha_beta("scale", "scale", X, y, s, True, spec)
     kw = dict(max_iter=20000, tol=1e-10, fit_intercept=True, return_best=False)
     plain = msvmav_kernel(spec, X, y, s, alpha, beta, **kw)
-    fast = msvmav_kernel(spec, X, y, s, alpha, beta, solver="anderson", **kw)
+    fast = msvmav_kernel(spec, X, y, s, alpha, beta, solver="anderson", stall=0, **kw)
     assert plain.family == fast.family == "capacitance"
     assert plain.converged and fast.converged and fast.n_iter * 3 < plain.n_iter
     K = rbf_kernel(X, gamma=0.5) + 1.0
     d = fast.w - plain.w
     assert d @ K @ d < 1e-12  # the same function, in the RKHS norm
+
+
+def test_anderson_stops_when_its_best_point_is_stall_evaluations_old():
+    X, y, s, spec = _kernel_problem(n=150, seed=15)
+    alpha, beta = msvmav_alpha_beta("scale", "scale", X, y, s, True, spec)
+    kw = dict(max_iter=20000, tol=1e-10, fit_intercept=True, return_best=True, solver="anderson")
+    res = msvmav_kernel(spec, X, y, s, alpha, beta, stall=20, **kw)
+    assert not res.converged and res.n_iter == res.best_iter + 20
+    assert res.history["bound"][res.best_iter] == res.history["bound"].min()
+    X, y = _scaled("wdbc")
+    y, s = _pm(y), np.ones(y.size)
+    alpha, beta = msvmav_alpha_beta("scale", "scale", X, y, s)
+    for update in ("auto", "batched"):  # the compiled and the NumPy loop
+        res = msvmav_linear(X, y, s, alpha, beta, max_iter=20000, tol=0.0, update=update, solver="anderson",
+                            stall=30)
+        assert res.n_iter == res.best_iter + 30
 
 
 def test_anderson_estimator_option(wdbc):

@@ -147,7 +147,8 @@ class MSVMAv(BaseMarginClassifier):
         ``"fixed-point"``: the paper's iteration itself. ``"anderson"``: Anderson acceleration
         of the same map (the next point is the combination of the last ten iterates whose
         residuals T(w) - w cancel best in least squares; the memory is dropped when a residual
-        grows; :mod:`margindist.solvers.msvmav._anderson`). A fixed point of one is a fixed
+        grows; it also stops once its best SV/theta^2 has not improved in 50 evaluations;
+        :mod:`margindist.solvers.msvmav._anderson`). A fixed point of one is a fixed
         point of the other, and where the paper's iteration creeps towards one the accelerated
         run gets there in tens instead of thousands of iterations: with the default alpha and
         beta every paper step turns w by at most 1/512 (200k x 50k sparse rows: SV/theta^2

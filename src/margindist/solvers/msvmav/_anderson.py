@@ -14,7 +14,8 @@ the combination of the last iterates whose residuals g = T(x) - x cancel best in
 is one of the accelerated sequence and conversely (g = 0), so both reach the same w (tested
 against a long plain run and a generic root finder on g). The map is only piecewise smooth
 (the active set jumps), so the memory is dropped and a plain step taken whenever a residual
-grows past :data:`RESTART` times the smallest one since the last restart.
+grows past :data:`RESTART` times the smallest one since the last restart, and the run also
+stops once its best SV/theta^2 has not improved in :data:`STALL` evaluations.
 
 One compiled function serves the NumPy loop and the compiled dense loop; the caller owns the
 state (:func:`anderson_state`).
@@ -25,13 +26,17 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["MEMORY", "RESTART", "anderson_state", "anderson_step"]
+__all__ = ["MEMORY", "RESTART", "STALL", "anderson_state", "anderson_step"]
 
 #: Differences kept for the least-squares mixing.
 MEMORY = 10
 #: Restart (drop the memory, take the plain step) when ||g_k|| exceeds this many times the
 #: smallest residual since the last restart.
 RESTART = 2.0
+#: The accelerated run also stops when its best SV/theta^2 has not improved in this many
+#: evaluations: near a fixed point where a few margins sit on the average the active set can
+#: flicker, so the residual stalls above ``tol`` while the point no longer changes the model.
+STALL = 50
 #: Tikhonov weight of the mixing's normal equations, relative to their trace.
 REG = 1e-10
 

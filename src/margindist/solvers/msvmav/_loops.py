@@ -238,9 +238,10 @@ def _unit(v, N, u):
 
 
 @njit(cache=True)
-def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol, accel):
+def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol, accel, stall):
     """The MSVMAv iteration on dense X (rows z_i = y_i [x_i, 1?]); X row-major (C order); with
-    ``accel`` the next point is the Anderson combination of the last iterates (:mod:`._anderson`).
+    ``accel`` the next point is the Anderson combination of the last iterates (:mod:`._anderson`),
+    and the run stops when the best iterate is ``stall`` iterations old (0: never).
 
     Margins: a full pass over X gives exact reference margins m_ref at w_ref; at the next
     iterates only the rows within ||z_i|| ||w - w_ref|| of theta are recomputed
@@ -355,7 +356,7 @@ def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol, ac
             if sv >= 1e-6 * size:
                 best_k, converged = _record(hist, k, theta, sv / S, n_new, c, dw, w, best_w, best_k, tol)
                 n_act = n_new
-                if converged:
+                if converged or accel and 0 < stall <= k - best_k:
                     break
                 continue
             for t in range(c):  # too much cancellation: undo and take the exact route
@@ -369,7 +370,7 @@ def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol, ac
         full_next = False
         c, best_k, converged = _advance(m, theta, s, S, A, changed, hist, k, dw, w, best_w, best_k, tol)
         n_act = int(hist[k, 3])
-        if converged:
+        if converged or accel and 0 < stall <= k - best_k:
             break
     return w, best_w, k, hist[: k + 1].copy(), best_k, converged, status, n_full
 
@@ -642,7 +643,8 @@ def _unit_k(c, mm, s):
 
 
 @njit(cache=True)
-def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_every, refresh_tol, accel):
+def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_every, refresh_tol, accel,
+                stall):
     """The kernel MSVMAv iteration in the signed coefficients c = y * a ("paper" metric
     R = D^{-1} + K, D = diag(s), Y = diag(y)); margins m = y * (K a):
 
@@ -656,7 +658,8 @@ def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_
     3 c |A|^2 for c indices), refactorised when that is cheaper and checked on a probe vector
     every ``check_every`` updates. A NumPy twin with a callback lives with the tests. With
     ``accel`` the next point is the Anderson combination of the last iterates in c
-    (:mod:`._anderson`; one more product with K for its margins).
+    (:mod:`._anderson`; one more product with K for its margins), stopped when the best iterate is
+    ``stall`` iterations old (0: never).
 
     Returns (c_last, c_best, n_iter, hist (n_iter + 1, 6), best_k, converged, status, schemes
     (1 = refactorisation), n_refresh) with status 0 ok, 2 non-finite iterate, 3 degenerate
@@ -747,6 +750,6 @@ def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_
         n_changed, best_k, converged = _advance(mm, theta, s, S, A, changed, hist, k, step, c, best_c,
                                                 best_k, tol)
         n_act = int(hist[k, 3])
-        if converged:
+        if converged or accel and 0 < stall <= k - best_k:
             break
     return c, best_c, k, hist[: k + 1].copy(), best_k, converged, status, schemes[: k + 1].copy(), n_refresh

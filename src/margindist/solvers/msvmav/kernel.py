@@ -8,6 +8,7 @@ import scipy.linalg as sla
 from scipy.linalg import lapack
 
 from ...kernels import KernelSpec, kernel_matrix
+from ._anderson import STALL
 from ._common import CHECK_EVERY, REFRESH_TOL, blas_single_thread, diverged
 from ._design import Design
 from ._history import MSVMAvResult, make_result
@@ -86,14 +87,14 @@ def weighted_gram_factor(spec, X, s, fit_intercept, cache=None):
 
 
 def _kernel_compiled(K, Rinv, y, s, alpha, beta, *, max_iter=100, tol=1e-6, refresh_every=None,
-                     return_best=False, solver="fixed-point", **_):
+                     return_best=False, solver="fixed-point", stall=STALL, **_):
     """The kernel iteration in the coefficients ("paper" metric R = D^{-1} + K, no
     eigendecomposition) as one compiled loop (:func:`._loops.kernel_loop`); the result's ``w``
     are the coefficients a, or None for a degenerate start (s y with zero RKHS norm)."""
     accel = accelerated(solver)
     c, best_c, n_iter, hist, best_k, converged, status, schemes, n_refresh = kernel_loop(
         K, Rinv, y, s, float(alpha), float(beta), int(max_iter), float(tol),
-        int(refresh_every or 0), CHECK_EVERY, REFRESH_TOL, accel)
+        int(refresh_every or 0), CHECK_EVERY, REFRESH_TOL, accel, int(stall))
     if status == 3:
         return None
     if status == 2:

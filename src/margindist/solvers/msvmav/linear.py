@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._anderson import anderson_state, anderson_step
+from ._anderson import STALL, anderson_state, anderson_step
 from ._cg import CG_TOL, CGSystem
 from ._common import as_float64, blas_single_thread, diverged
 from ._design import Design
@@ -78,7 +78,7 @@ def _start(step, N, d):
 
 def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights=None,
                    max_iter=100, tol=1e-6, update="auto", refresh_every=None, cg_tol=CG_TOL,
-                   return_best=False, solver="fixed-point", callback=None, log=None) -> MSVMAvResult:
+                   return_best=False, solver="fixed-point", stall=STALL, callback=None, log=None) -> MSVMAvResult:
     """Run the MSVMAv iteration on the rows z_i of ``design``.
 
     Parameters
@@ -116,6 +116,9 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
         The paper's iteration w_k = T(w_{k-1}), or Anderson acceleration of the same map
         (:mod:`._anderson`): the same fixed point in tens instead of thousands of evaluations.
         ``tol`` then bounds the residual ||T(w) - w||.
+    stall : int
+        ``solver="anderson"`` also stops when its best SV/theta^2 has not improved in this many
+        evaluations (0: only ``tol`` and ``max_iter`` stop it).
     callback : callable, optional
         Called after each iteration with a dict (k, active, theta, w_prev, w_half, w, scheme,
         M (current explicit inverse or None), G (Gram sum or None), g). Testing aid.
@@ -141,14 +144,14 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
     am_step = step / (2.0 * alpha * S)
     if (update == "auto" and callback is None and not design.sparse and design.c is None
             and d <= MAX_COMPILED):
-        return _compiled(design, s, u, w, P, am_step, N, beta, max_iter, tol, return_best, accel)
+        return _compiled(design, s, u, w, P, am_step, N, beta, max_iter, tol, return_best, accel, stall)
     family = _choose_family(design, update)
     if family == "direct":
         system = DirectSystem(design, s, P, S * beta, update, refresh_every)
     else:
         system = CGSystem(design, s, P, S * beta, cg_tol, log)
     hist = History(max_iter, s, S)
-    k, w, converged = _run(design, system, hist, u, w, am_step, N, max_iter, tol, accel, callback, log)
+    k, w, converged = _run(design, system, hist, u, w, am_step, N, max_iter, tol, accel, stall, callback, log)
     return hist.result(w, k, converged, return_best, family=family,
                        n_refresh=getattr(system, "n_refresh", 0), n_products=getattr(system, "n_products", 0))
 
@@ -169,10 +172,11 @@ def _unit(v, N, u, k):
     return v
 
 
-def _run(design, system, hist, u, w, am_step, N, max_iter, tol, accel, callback, log):
+def _run(design, system, hist, u, w, am_step, N, max_iter, tol, accel, stall, callback, log):
     """The loop of :func:`msvmav_iterate` over a semi-variance ``system`` (direct or CG);
     returns (iterations, last iterate, converged). With ``accel`` the next point is the
-    Anderson combination of the last iterates instead of T(w)."""
+    Anderson combination of the last iterates instead of T(w), and the run stops when the best
+    iterate is ``stall`` iterations old (0: never)."""
     S, nb = hist.S, system.nb
 
     def norm(v):
@@ -202,19 +206,19 @@ def _run(design, system, hist, u, w, am_step, N, max_iter, tol, accel, callback,
         m = design.matvec(w)
         A, converged = hist.advance(k, m, float(u @ w) / S, prevA, w, dw, scheme, log, tol)
         theta = hist.rows[k, 0]
-        if converged:
+        if converged or accel and 0 < stall <= k - hist.best_k:
             break
     return k, w, converged
 
 
-def _compiled(design, s, u, w0, P, am_step, N, beta, max_iter, tol, return_best, accel):
+def _compiled(design, s, u, w0, P, am_step, N, beta, max_iter, tol, return_best, accel, stall):
     """The "auto" scheme for dense X with few features: the compiled batched loop (the result's
     ``n_products`` counts its full passes over X for the margins)."""
     d = design.d
     N_arr = np.ones(d) if N is None else N
     w, best_w, n_iter, hist, best_k, converged, status, n_full = dense_loop(
         np.ascontiguousarray(design.B), design.r, s, design.intercept, u, w0, P, am_step, N_arr, float(beta),
-        int(max_iter), float(tol), accel)
+        int(max_iter), float(tol), accel, int(stall))
     if status == 1:
         raise np.linalg.LinAlgError("MSVMAv: the semi-variance system is not positive definite.")
     if status == 2:
