@@ -199,8 +199,9 @@ def _run(design, system, hist, u, w, am_step, N, max_iter, tol, accel, stall, ca
                       "w": w_new, "scheme": scheme, "nb": nb, **system.callback_info(scheme)})
         dw = norm(w_new - w)  # the residual ||T(w) - w||
         if accel:
-            anderson_step(w, w_new - w, *state, w_new)
-            w_new = _unit(w_new, N, u, k)
+            nxt = np.empty(w.shape[0])
+            anderson_step(w, w_new - w, *state, nxt)
+            w_new = _unit(nxt, N, u, k)
         w = w_new
         prevA = A
         m = design.matvec(w)
