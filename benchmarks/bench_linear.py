@@ -5,11 +5,14 @@ Rows (``--rows``; the data of ``bench_defaults.py``):
 * ``dense``: make_classification 120k x 100, min-max scaled (``--quick``: 6k);
 * ``sparse``: 200k x 50k CSR, 50 non-zeros a row (0.1 %), rows L2-normalised (quick: 10k x 5k);
 * ``large_sparse``: 2M x 200k float32 CSR, 20 non-zeros a row, about 40M non-zeros
-  (quick: 40k x 20k).
+  (quick: 40k x 20k);
+* ``cornell``: the raw word features of cornell as CSR (827 x 4134, 7 classes; a random 70/30
+  split, needs ``MARGINDIST_DATA``), M3SVM only, against ``LinearSVC(multi_class="crammer_singer")``
+  (the native multi-class SVM).
 
 Each estimator is fitted at its defaults (ODM's ``lam="auto"`` is LinearSVC's C = 1 exactly; the
 others' defaults are their own data-dependent choices, see the hyperparameters page), the peer is
-``LinearSVC()``. Fits of ours and the peer alternate; the times are medians of ``--repeats`` fits
+``LinearSVC()`` (Crammer-Singer on ``cornell``). Fits of ours and the peer alternate; the times are medians of ``--repeats`` fits
 (1 on ``large_sparse`` unless given), after one warm-up fit on 2000 rows (numba compilation
 or cache loading is not timed). Reported per estimator: fit time, the peer's time from the
 same run, ratio ours / peer (goal <= 1.0), peak memory of one fit above the memory held before it
@@ -20,6 +23,7 @@ that on the first half (goal <= 2.2; 2.0 is linear scaling).
     python benchmarks/bench_linear.py --quick                    # development sizes (minutes)
     python benchmarks/bench_linear.py --rows dense sparse --out benchmarks/results/bench_linear.md
     python benchmarks/bench_linear.py --rows large_sparse --methods ODM LDM
+    python benchmarks/bench_linear.py --rows cornell --repeats 5
 """
 
 from __future__ import annotations
@@ -33,10 +37,23 @@ import time
 import warnings
 from pathlib import Path
 
+import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.model_selection import train_test_split
 from sklearn.svm import LinearSVC
 
-from margindist import FMM, KMOMD, LDM, LSSVM, M3SVM, MAMC, ODM, MarginPursuit, MSVMAv
+from margindist import (
+    FMM,
+    KMOMD,
+    LDM,
+    LSSVM,
+    M3SVM,
+    MAMC,
+    ODM,
+    MarginPursuit,
+    MSVMAv,
+    load_dataset,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_defaults import dense, large_sparse, sparse
@@ -55,7 +72,18 @@ ESTIMATORS = {
     "MSVMAv(anderson)": lambda: MSVMAv(solver="anderson"),
     "MAMC": lambda: MAMC(),
 }
-ROWS = {"dense": dense, "sparse": sparse, "large_sparse": large_sparse}
+
+
+def cornell(quick):
+    X, y = load_dataset("cornell")
+    X, Xt, y, yt = train_test_split(sp.csr_matrix(X), y, test_size=0.3, random_state=0)
+    return X, y, Xt, yt
+
+
+ROWS = {"dense": dense, "sparse": sparse, "large_sparse": large_sparse, "cornell": cornell}
+#: Rows with another peer than LinearSVC() and the estimators they run (all others: every one).
+PEERS = {"cornell": lambda: LinearSVC(multi_class="crammer_singer")}
+ROW_ESTIMATORS = {"cornell": ("M3SVM",)}
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -94,21 +122,21 @@ def timed_fit(est, X, y):
     return dt, mib, any(issubclass(w.category, ConvergenceWarning) for w in caught)
 
 
-def median_times(make, X, y, repeats):
+def median_times(make, X, y, repeats, make_peer=LinearSVC):
     """Median fit time of ``make()`` on (X, y) and the peer's, alternating, plus the last fits."""
     ours, peer = [], []
     for _ in range(repeats):
         est = make()
         ours.append(timed_fit(est, X, y))
-        ref = LinearSVC()
+        ref = make_peer()
         peer.append(timed_fit(ref, X, y))
     return ours, peer, est, ref
 
 
-def measure(name, make, data, repeats, scaling):
+def measure(name, make, data, repeats, scaling, make_peer=LinearSVC):
     X, y, Xt, yt = data
     make().fit(X[:2000], y[:2000])  # compile / load the numba cache outside the timings
-    ours, peer, est, ref = median_times(make, X, y, repeats)
+    ours, peer, est, ref = median_times(make, X, y, repeats, make_peer)
     t = statistics.median(r[0] for r in ours)
     t_peer = statistics.median(r[0] for r in peer)
     row = {
@@ -120,7 +148,7 @@ def measure(name, make, data, repeats, scaling):
     }
     if scaling:
         half = X.shape[0] // 2
-        ours_h, peer_h, _, _ = median_times(make, X[:half], y[:half], repeats)
+        ours_h, peer_h, _, _ = median_times(make, X[:half], y[:half], repeats, make_peer)
         row["scale"] = t / statistics.median(r[0] for r in ours_h)
         row["peer_scale"] = t_peer / statistics.median(r[0] for r in peer_h)
     return row
@@ -176,7 +204,9 @@ def main(argv=None):
         for name, make in ESTIMATORS.items():
             if args.methods and not any(s.lower() in name.lower() for s in args.methods):
                 continue
-            r = measure(name, make, data, repeats, not args.no_scaling)
+            if row in ROW_ESTIMATORS and name not in ROW_ESTIMATORS[row]:
+                continue
+            r = measure(name, make, data, repeats, not args.no_scaling, PEERS.get(row, LinearSVC))
             show(row, r)
             results.append((row, r))
     if args.out:
