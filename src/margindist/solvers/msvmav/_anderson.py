@@ -41,10 +41,12 @@ STALL = 50
 REG = 1e-10
 
 
-def anderson_state(d, memory=MEMORY):
-    """(dX, dG, last, info, gmin): the differences (memory, d), the last iterate and residual
-    (2, d), [differences held, ring head, have last], [smallest residual since the restart]."""
-    return (np.zeros((memory, d)), np.zeros((memory, d)), np.zeros((2, d)), np.zeros(3, dtype=np.int64),
+@njit(cache=True)
+def anderson_state(d):
+    """(dX, dG, last, info, gmin): the differences (:data:`MEMORY`, d), the last iterate and
+    residual (2, d), [differences held, ring head, have last], [smallest residual since the
+    restart]."""
+    return (np.zeros((MEMORY, d)), np.zeros((MEMORY, d)), np.zeros((2, d)), np.zeros(3, dtype=np.int64),
             np.full(1, np.inf))
 
 

@@ -18,9 +18,9 @@ from llvmlite import binding as _llvm
 from numba import njit, types
 from numba.extending import get_cython_function_address
 
-from ._anderson import MEMORY, anderson_step
+from ._anderson import anderson_state, anderson_step
 
-__all__ = ["dense_loop", "kernel_loop"]
+__all__ = ["dense_loop", "kernel_loop", "unit"]
 
 
 _FM = {"reassoc", "contract"}
@@ -220,7 +220,7 @@ def _record(hist, k, theta, sv, n_act, c, step, w, best_w, best_k, tol):
 
 
 @njit(cache=True)
-def _unit(v, N, u):
+def unit(v, N, u):
     """v / ||v||_N with the sign that keeps the average margin positive (Section 5), in place;
     False when the norm is not a positive finite number."""
     nrm = 0.0
@@ -280,11 +280,7 @@ def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol, ac
     best_w = w0.copy()
 
     changed = np.empty(n, dtype=np.int64)  # indices whose membership changed
-    aa_dX = np.zeros((MEMORY, d))  # Anderson state (see _anderson.anderson_state)
-    aa_dG = np.zeros((MEMORY, d))
-    aa_last = np.zeros((2, d))
-    aa_info = np.zeros(3, dtype=np.int64)
-    aa_gmin = np.full(1, np.inf)
+    aa_dX, aa_dG, aa_last, aa_info, aa_gmin = anderson_state(d)
     # iterate 0
     _margins(X, y, w, intercept, m)
     n_full = 1
@@ -322,7 +318,7 @@ def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol, ac
             break
         for j in range(d):
             w_new[j] = w_half[j] + am_step[j]
-        if not _unit(w_new, N, u):
+        if not unit(w_new, N, u):
             status = 2
             break
         dw = 0.0  # the residual ||T(w) - w||
@@ -332,7 +328,7 @@ def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol, ac
         dw = np.sqrt(dw)
         if accel:
             anderson_step(w, w_half, aa_dX, aa_dG, aa_last, aa_info, aa_gmin, w_new)
-            if not _unit(w_new, N, u):
+            if not unit(w_new, N, u):
                 status = 2
                 break
         for j in range(d):
@@ -689,11 +685,7 @@ def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_
 
     act = np.empty(m, dtype=np.int64)
     pos = np.full(m, -1, dtype=np.int64)
-    aa_dX = np.zeros((MEMORY, m))  # Anderson state (see _anderson.anderson_state)
-    aa_dG = np.zeros((MEMORY, m))
-    aa_last = np.zeros((2, m))
-    aa_info = np.zeros(3, dtype=np.int64)
-    aa_gmin = np.full(1, np.inf)
+    aa_dX, aa_dG, aa_last, aa_info, aa_gmin = anderson_state(m)
     buf = np.empty(0)  # the inverse, row-major in buf[:n*n]; updates write into spare and swap
     spare = np.empty(0)
     n = -1  # no inverse yet

@@ -39,7 +39,7 @@ from ._common import as_float64, blas_single_thread, diverged
 from ._design import Design
 from ._direct import DirectSystem
 from ._history import History, MSVMAvResult, make_result
-from ._loops import dense_loop
+from ._loops import dense_loop, unit
 
 __all__ = ["SOLVERS", "accelerated", "msvmav_iterate", "msvmav_linear"]
 
@@ -164,11 +164,9 @@ def accelerated(solver):
 
 
 def _unit(v, N, u, k):
-    """v / ||v||_N with the sign that keeps the average margin positive (Section 5), in place."""
-    nrm = float(np.sqrt(v @ v if N is None else v @ (N * v)))
-    if not np.isfinite(nrm) or nrm <= 0:
-        raise diverged(k, detail=f" (norm {nrm})")
-    v /= nrm if u @ v >= 0 else -nrm
+    """v normalised in place by the compiled loops' rule (:func:`._loops.unit`); N an array."""
+    if not unit(v, N, u):
+        raise diverged(k, detail=f" (norm {np.sqrt(v @ (N * v))})")
     return v
 
 
@@ -179,8 +177,10 @@ def _run(design, system, hist, u, w, am_step, N, max_iter, tol, accel, stall, ca
     iterate is ``stall`` iterations old (0: never)."""
     S, nb = hist.S, system.nb
 
+    N = np.ones(design.d) if N is None else N
+
     def norm(v):
-        return float(np.sqrt(v @ v if N is None else v @ (N * v)))
+        return float(np.sqrt(v @ (N * v)))
 
     m = design.matvec(w)
     theta = float(u @ w) / S
