@@ -25,6 +25,8 @@ from margindist.solvers.m3svm import (
     m3svm_lbfgs,
     m3svm_objective,
     pairwise_penalty,
+    row_space,
+    row_space_pays,
 )
 from margindist.solvers.m3svm_newton import (
     _BinaryProblem,
@@ -549,3 +551,125 @@ def test_newton_warm_start(iris):
         est.fit(X, target)
         assert est.n_iter_ <= 1
         np.testing.assert_allclose(est.coef_, coef, atol=1e-7 * np.abs(coef).max())
+
+
+# ----------------------------------------------------------------------------- row space
+@pytest.fixture(scope="module")
+def wide():
+    """Wide dense data: 60 rows, 400 features, 3 classes."""
+    X, y = make_blobs(60, n_features=400, centers=3, cluster_std=8.0, random_state=4)
+    return StandardScaler().fit_transform(X), y
+
+
+def _full_dimension(monkeypatch):
+    monkeypatch.setattr(m3svm_module, "row_space_pays", lambda *a, **k: False)
+
+
+def _spy_row_space(monkeypatch):
+    calls = []
+
+    def spy(X):
+        calls.append(X.shape)
+        return row_space(X)
+
+    monkeypatch.setattr(m3svm_module, "row_space", spy)
+    return calls
+
+
+def test_row_space_factorisation():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(12, 50))
+    space = row_space(X)
+    np.testing.assert_allclose(space.Q.T @ space.Q, np.eye(12), atol=1e-12)
+    np.testing.assert_allclose(space.Xr @ space.Q.T, X, atol=1e-12)
+    W = rng.normal(size=(3, 50))
+    np.testing.assert_allclose(space.Xr @ space.to_space(W).T, X @ W.T, atol=1e-10)  # same scores
+    assert row_space_pays(X, 3)
+    assert not row_space_pays(X.T, 3)  # tall
+    assert not row_space_pays(sp.csr_matrix(X), 3)  # CSR keeps its O(nnz) products
+    assert not row_space_pays(np.zeros((400, 900)), 2)  # the QR would cost ~225 iterations
+    assert row_space_pays(np.zeros((400, 900)), 2, shared=True)  # paid once for a grid
+
+
+@pytest.mark.parametrize("solver, loss, p", [("lbfgs", "smooth_hinge", 1.0), ("lbfgs", "softmax", 4.0),
+                                             ("lbfgs-scores", "smooth_hinge", 4.0), ("newton", "smooth_hinge", 2.0)])
+def test_row_space_fit_equals_the_full_dimension_fit(wide, monkeypatch, solver, loss, p):
+    """Solved in the row space (QR of X^T), the model is the full-dimension model: the same
+    objective, weights and predictions, and W in the row space of X."""
+    X, y = wide
+    kw = dict(lam=0.05, p=p, loss=loss, solver=solver, tol=1e-10)
+    calls = _spy_row_space(monkeypatch)
+    ours = M3SVM(**kw).fit(X, y)
+    assert calls == [X.shape]
+    _full_dimension(monkeypatch)
+    ref = M3SVM(**kw).fit(X, y)
+    assert abs(ours.objective_ - ref.objective_) <= 1e-9 * ref.objective_
+    scale = np.abs(ref.coef_).max()  # flat directions: the weights agree less closely than F
+    np.testing.assert_allclose(ours.coef_, ref.coef_, atol=1e-4 * scale)
+    np.testing.assert_allclose(ours.intercept_, ref.intercept_, atol=1e-4 * scale)
+    np.testing.assert_array_equal(ours.predict(X), ref.predict(X))
+    Q = np.linalg.qr(X.T)[0]
+    np.testing.assert_allclose(ours.coef_ - ours.coef_ @ Q @ Q.T, 0.0, atol=1e-10)
+
+
+def test_row_space_binary_newton_and_float32(wide, monkeypatch):
+    X, y = wide
+    yb = (y == 0).astype(int)
+    kw = dict(lam=0.05, tol=1e-10)
+    ours = M3SVM(**kw).fit(X.astype(np.float32), yb)
+    assert ours.coef_.dtype == np.float32
+    _full_dimension(monkeypatch)
+    ref = M3SVM(**kw).fit(X.astype(np.float32), yb)
+    assert abs(ours.objective_ - ref.objective_) <= 1e-6 * ref.objective_
+    np.testing.assert_array_equal(ours.predict(X), ref.predict(X))
+
+
+def test_row_space_weights_equal_copies(monkeypatch):
+    """Integer sample weights equal copied rows in the row space (the weighted fit) and in the
+    full dimension (the copies are too many rows for the row space): the same objective."""
+    rng = np.random.default_rng(42)
+    X, y, sw = rng.random((15, 30)), rng.integers(0, 3, 15), rng.integers(0, 5, 15)
+    calls = _spy_row_space(monkeypatch)
+    weighted = M3SVM(lam=0.1, tol=1e-11).fit(X, y, sample_weight=sw)
+    copies = M3SVM(lam=0.1, tol=1e-11).fit(np.repeat(X, sw, axis=0), np.repeat(y, sw))
+    assert calls == [(np.count_nonzero(sw), 30)]
+    assert abs(weighted.objective_ - copies.objective_) <= 1e-9 * copies.objective_
+    np.testing.assert_allclose(weighted.decision_function(X), copies.decision_function(X), atol=1e-4)
+
+
+def test_row_space_warm_start_from_outside_the_space(wide, monkeypatch):
+    """A warm start from weights with a component outside the row space (a fit on other rows)
+    reaches the cold fit's model: the start is projected, the minimiser lies in the space."""
+    X, y = wide
+    est = M3SVM(lam=0.05, tol=1e-10, warm_start=True).fit(X[::-1][:40], y[::-1][:40])
+    est.fit(X, y)
+    cold = M3SVM(lam=0.05, tol=1e-10).fit(X, y)
+    assert abs(est.objective_ - cold.objective_) <= 1e-9 * cold.objective_
+    np.testing.assert_allclose(est.coef_, cold.coef_, atol=1e-4 * np.abs(cold.coef_).max())
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # 5 Adam epochs
+def test_row_space_not_used_by_adam_sparse_or_tall_data(wide, iris, monkeypatch):
+    X, y = wide
+    calls = _spy_row_space(monkeypatch)
+    M3SVM(solver="adam", max_iter=5).fit(X, y)
+    M3SVM(lam=0.1).fit(sp.csr_matrix(X), y)
+    M3SVM(lam=0.1).fit(*iris)
+    assert calls == []
+
+
+def test_row_space_made_once_per_fold_of_a_search(wide, monkeypatch):
+    from sklearn.model_selection import GridSearchCV, StratifiedKFold
+
+    from margindist import M3SVMCV
+
+    X, y = wide
+    folds = list(StratifiedKFold(3, shuffle=True, random_state=0).split(X, y))
+    grid = {"lam": [1e-3, 1e-2, 1e-1], "p": [2, 4]}
+    calls = _spy_row_space(monkeypatch)
+    ours = M3SVMCV(grid, cv=folds, refit=False).fit(X, y)
+    assert len(calls) == len(folds)
+    _full_dimension(monkeypatch)
+    ref = GridSearchCV(M3SVM(), grid, cv=folds, refit=False).fit(X, y)
+    assert ours.best_params_ == ref.best_params_
+    np.testing.assert_allclose(ours.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], atol=1e-9)

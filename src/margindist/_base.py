@@ -351,17 +351,18 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         makes it once per key value.
         """
         data = getattr(self, "_shared_data", None)
-        if not self._shares_set_up() or (X is not None and X is not data.X):
+        if not self._shares_set_up(X):
             return make()
         held = data.shared.get(kind)
         if held is None or held[0] != key:
             held = data.shared[kind] = (key, make())
         return held[1]
 
-    def _shares_set_up(self) -> bool:
-        """Whether this fit runs on data whose set-up other fits share (see :meth:`_fit_shared`)."""
+    def _shares_set_up(self, X=None) -> bool:
+        """Whether this fit runs on data whose set-up other fits share (see :meth:`_fit_shared`);
+        with ``X``, set-up made from these rows (the whole training data of the fit)."""
         data = getattr(self, "_shared_data", None)
-        return data is not None and data.shared is not None
+        return data is not None and data.shared is not None and (X is None or X is data.X)
 
     def _release(self):
         """Drop what :meth:`_prepare` made for this fit only (run when the fit ends, even on
@@ -795,7 +796,7 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         budget = getattr(self, "cache_size", 200) * 2**20
         if self._pairwise():
             G = X
-        elif self._shares_set_up() and self._shared_data.X is X and 8 * m * m <= budget:
+        elif self._shares_set_up(X) and 8 * m * m <= budget:
             G = self._fit_shared("gram", spec, lambda: kernel_matrix(spec, X), X)
         else:
             return rkhs_norm_sq(spec, self.support_vectors_, coef)
