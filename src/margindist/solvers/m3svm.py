@@ -67,8 +67,9 @@ _CANCEL_RTOL = 1e-8
 #: Maximum number of floats in one block of explicit pair differences.
 _BLOCK_FLOATS = 1 << 20
 #: A single fit moves to the row space when the products it saves pay for the QR factorisation
-#: within this many iterations (L-BFGS took 80 to 650 on cornell's 4134 standardised features).
-ROW_SPACE_BREAKEVEN = 50
+#: within this many iterations by an operation count (the QR runs about twice as fast per
+#: operation as the products; L-BFGS took 80 to 650 iterations on cornell's 4134 features).
+ROW_SPACE_BREAKEVEN = 100
 
 
 # ---------------------------------------------------------------------------- regulariser
