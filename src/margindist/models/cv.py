@@ -498,7 +498,8 @@ class KMOMDCV(_MarginCV):
 class M3SVMCV(_MarginCV):
     _estimator, _method, _path_parameter = M3SVM, "m3svm", "lam"
     _doc = ("M3SVM with lam and p chosen by cross-validation.",
-            ", warm-started with the deterministic Newton / L-BFGS solvers", "the M3SVM authors' p and lam",
+            ", warm-started with the deterministic Newton / L-BFGS solvers; on wide dense data the "
+            "row-space factorisation (a thin QR of X^T) is made once per fold", "the M3SVM authors' p and lam",
             '{"lam": [1e-3, 1e-2], "p": [2]}')
 
     @staticmethod
