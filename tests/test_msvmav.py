@@ -364,8 +364,8 @@ def test_history_matches_margins_of_returned_model():
     X, y = _scaled("australian")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        last = MSVMAv(alpha=16, beta=1 / 16, max_iter=60, tol=0.0).fit(X, y)
-        best = MSVMAv(alpha=16, beta=1 / 16, max_iter=60, tol=0.0, return_best=True).fit(X, y)
+        last = MSVMAv(alpha=16, beta=1 / 16, max_iter=60, tol=0.0, solver="fixed-point").fit(X, y)
+        best = MSVMAv(alpha=16, beta=1 / 16, max_iter=60, tol=0.0, solver="fixed-point", return_best=True).fit(X, y)
     h = last.history_
     assert set(h) == {"theta", "semivariance", "bound", "n_active", "n_changes", "step", "update"}
     assert np.isnan(h["step"][0]) and np.all(h["step"][1:] >= 0)
@@ -878,3 +878,56 @@ def test_anderson_estimator_option(wdbc):
     assert abs(a.score(X, y) - b.score(X, y)) < 0.01
     with pytest.raises(ValueError, match="solver"):
         MSVMAv(solver="newton").fit(X, y)
+
+
+# ----------------------------------------------------------------------------- solver="auto"
+def _unit_bound(clf, X, y):
+    w = np.append(clf.coef_[0], clf.intercept_[0])
+    return msvmav_bound_term(_pm(y) * (X @ clf.coef_[0] + clf.intercept_[0]) / np.linalg.norm(w))
+
+
+def test_auto_finishes_a_creeping_run_from_its_best_iterate():
+    """Where the paper's iteration ends at max_iter with SV/theta^2 still falling, "auto"
+    continues with Anderson acceleration from its best iterate: one history over both runs, a
+    returned model whose SV/theta^2 is the history's minimum and below the paper run's best."""
+    X, y = _scaled("australian")
+    kw = dict(alpha=16, beta=1 / 16, max_iter=60, tol=0.0)
+    with pytest.warns(ConvergenceWarning):  # the paper's iteration creeps: SV/theta^2 still falling
+        fixed = MSVMAv(solver="fixed-point", **kw).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)  # the accelerated finish settles
+        auto = MSVMAv(**kw).fit(X, y)
+    h = auto.history_
+    assert auto.n_iter_ > 60 and all(len(v) == auto.n_iter_ + 1 for v in h.values())
+    np.testing.assert_array_equal(h["bound"][:61], fixed.history_["bound"])  # the paper's run first
+    assert np.isclose(_unit_bound(auto, X, y), h["bound"].min(), rtol=1e-8)
+    assert h["bound"][auto.best_iter_] == h["bound"].min()
+    assert _unit_bound(auto, X, y) < _unit_bound(fixed, X, y) * (1 - 1e-4)
+
+
+_CREEP = dict(max_iter=60, tol=0.0, alpha=16, beta=1 / 16)  # the paper's iteration creeps on australian
+
+
+@pytest.mark.parametrize("data, params", [
+    ("wdbc", dict()),  # the paper's iteration wanders: not creeping
+    ("australian", dict(return_best=False, **_CREEP)),
+    ("australian", dict(kernel="rbf", gamma=0.5, **_CREEP)),
+    ("australian", dict(kernel="rbf", kernel_approximation=40, random_state=0, **_CREEP)),
+])
+def test_auto_is_the_paper_iteration_elsewhere(data, params):
+    """A run that wanders (the defaults on wdbc), and creeping runs with return_best=False or
+    of kernel models (exact or on Nystroem features): "auto" is "fixed-point", the same model."""
+    X, y = _scaled(data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        auto = MSVMAv(**params).fit(X, y)
+        fixed = MSVMAv(solver="fixed-point", **params).fit(X, y)
+    assert creeping_run(fixed) == (data == "australian")
+    np.testing.assert_array_equal(auto.decision_function(X), fixed.decision_function(X))
+    assert auto.n_iter_ == fixed.n_iter_
+
+
+def creeping_run(est):
+    from margindist.solvers.msvmav import still_improving
+
+    return bool(still_improving(est.history_["bound"]))

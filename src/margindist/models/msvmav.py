@@ -27,15 +27,10 @@ from ..solvers.msvmav import (
     FactorCache,
     msvmav_kernel,
     msvmav_linear,
+    still_improving,
 )
 
 __all__ = ["MSVMAv"]
-
-
-def _still_improving(bound, window, rtol=1e-4):
-    """Whether the last ``window`` iterates lowered the smallest SV/theta^2 by more than ``rtol``."""
-    before = bound[: len(bound) - window]
-    return before.size == 0 or bound[len(bound) - window:].min() < before.min() * (1.0 - rtol)
 
 
 #: Root-mean-square row norms the linear path with its constant-1 intercept feature serves
@@ -142,9 +137,9 @@ class MSVMAv(BaseMarginClassifier):
         the unit-norm w by at most ``tol`` (for ``solver="anderson"``: when the paper's map
         would move it by at most ``tol``, ||T(w) - w|| <= tol, a fixed point to that tolerance).
         ``tol=0`` runs exactly T iterations, as the paper.
-    solver : {"fixed-point", "anderson"}, default="fixed-point"
+    solver : {"auto", "fixed-point", "anderson"}, default="auto"
         How the fixed point of the paper's iteration w_k = T(w_{k-1}) is approached.
-        ``"fixed-point"``: the paper's iteration itself. ``"anderson"``: Anderson acceleration
+        ``"fixed-point"``: the paper's iteration itself (the reproduction presets). ``"anderson"``: Anderson acceleration
         of the same map (the next point is the combination of the last ten iterates whose
         residuals T(w) - w cancel best in least squares; the memory is dropped when a residual
         grows; it also stops once its best SV/theta^2 has not improved in 50 evaluations;
@@ -159,7 +154,13 @@ class MSVMAv(BaseMarginClassifier):
         extrapolation can settle at another fixed point with a larger SV/theta^2 (measured on
         titanic, ionosphere, german and the one-vs-one problems of a small text set; see
         "Solvers" on the MSVMAv page). ``return_best`` keeps the point of smallest SV/theta^2
-        the accelerated run visited.
+        the accelerated run visited. ``"auto"``: the paper's iteration; where it ends at
+        ``max_iter`` unsettled with its SV/theta^2 still falling (it creeps towards a fixed
+        point it has not reached) and ``return_best`` is set, the accelerated iteration
+        continues from its best iterate (at most 50 evaluations without a better point), and the
+        model is the best point of both runs, never worse than the paper iteration's best.
+        Elsewhere, and for kernel models (exact or ``kernel_approximation``), "auto" is
+        "fixed-point".
     fit_intercept : bool, default=True
         Append the constant-1 feature (the paper's bias, inside the norm). For kernels this is
         the kernel k + 1 with ``intercept_`` = sum_j a_j, so that ``kernel="linear"`` is the same
@@ -351,7 +352,7 @@ class MSVMAv(BaseMarginClassifier):
         **KERNEL_PARAMS,
         "max_iter": POSITIVE_INT,
         "tol": NON_NEGATIVE,
-        "solver": [StrOptions({"fixed-point", "anderson"})],
+        "solver": [StrOptions({"auto", "fixed-point", "anderson"})],
         "fit_intercept": ["boolean"],
         "update": [StrOptions({"auto", "sherman-morrison", "batched", "cg"})],
         "refresh_every": [Interval(Integral, 1, None, closed="left"), None],
@@ -368,7 +369,7 @@ class MSVMAv(BaseMarginClassifier):
     }
 
     def __init__(self, alpha="scale", beta="scale", kernel="linear", gamma="scale", degree=3, coef0=0.0,
-                 max_iter=1000, tol=1e-6, solver="fixed-point", fit_intercept=True, update="auto", refresh_every=None,
+                 max_iter=1000, tol=1e-6, solver="auto", fit_intercept=True, update="auto", refresh_every=None,
                  return_best=True, dual="auto", kernel_prox="paper", kernel_approximation=None, landmarks="uniform",
                  cache_size=500, factor_cache=None, class_weight=None, multi_class="ovo", n_jobs=None,
                  random_state=None,
@@ -425,8 +426,12 @@ class MSVMAv(BaseMarginClassifier):
         return getattr(self, "_fit_cache", None)
 
     def _solver_kwargs(self):
+        # "auto" finishes creeping runs on the linear path only: a kernel model, exact or on
+        # Nystroem features, keeps the paper's iteration (so that every landmark gives the exact model)
+        kernel_model = self.kernel != "linear"
+        solver = "fixed-point" if self.solver == "auto" and kernel_model else self.solver
         return {"max_iter": self.max_iter, "tol": self.tol, "update": self.update,
-                "refresh_every": self.refresh_every, "return_best": self.return_best, "solver": self.solver,
+                "refresh_every": self.refresh_every, "return_best": self.return_best, "solver": solver,
                 "log": get_logger(self.verbose)}
 
     def _fit_binary(self, problem):
@@ -459,7 +464,7 @@ class MSVMAv(BaseMarginClassifier):
             "changes in the last iteration=%d", res.n_iter,
             "converged" if res.converged else "max_iter", h["theta"][-1], h["bound"][-1],
             h["bound"][res.best_iter], res.best_iter, h["n_active"][-1], h["n_changes"][-1])
-        if res.changing and (not self.return_best or _still_improving(h["bound"], CHANGE_WINDOW)):
+        if res.changing and (not self.return_best or still_improving(h["bound"], CHANGE_WINDOW)):
             best = ""
             if not self.return_best and h["bound"][res.best_iter] < h["bound"][-1]:
                 best = (f" The returned last iterate has SV/theta^2 = {h['bound'][-1]:.4g}; iterate "

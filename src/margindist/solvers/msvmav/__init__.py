@@ -42,9 +42,9 @@ All dense linear algebra runs with one BLAS thread for matrices up to order
 from ._cache import FactorCache
 from ._common import blas_single_thread
 from ._design import Design
-from ._history import CHANGE_WINDOW, MSVMAvResult
+from ._history import CHANGE_WINDOW, MSVMAvResult, still_improving
 from .kernel import msvmav_kernel
-from .linear import msvmav_iterate, msvmav_linear
+from .linear import msvmav_iterate, msvmav_linear, solve_auto
 
 __all__ = [
     "CHANGE_WINDOW",
@@ -55,4 +55,6 @@ __all__ = [
     "msvmav_iterate",
     "msvmav_kernel",
     "msvmav_linear",
+    "solve_auto",
+    "still_improving",
 ]

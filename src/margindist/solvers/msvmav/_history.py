@@ -9,12 +9,24 @@ import numpy as np
 
 from .._result import SolverResult
 
-__all__ = ["HISTORY_FIELDS", "History", "MSVMAvResult", "make_result"]
+__all__ = ["HISTORY_FIELDS", "History", "MSVMAvResult", "creeping", "make_result", "still_improving"]
 
 #: Columns of the per-iterate history (row k describes iterate w_k; row 0 the start w_0).
 HISTORY_FIELDS = ("theta", "semivariance", "bound", "n_active", "n_changes", "step", "update")
 #: Iterations at the end of a run in which an active-set change means "not settled".
 CHANGE_WINDOW = 5
+
+
+def still_improving(bound, window=CHANGE_WINDOW, rtol=1e-4) -> bool:
+    """Whether the last ``window`` iterates lowered the smallest SV/theta^2 by more than ``rtol``."""
+    before = bound[: len(bound) - window]
+    return before.size == 0 or bound[len(bound) - window:].min() < before.min() * (1.0 - rtol)
+
+
+def creeping(res) -> bool:
+    """A run that ended at max_iter unsettled with its SV/theta^2 still falling: it creeps
+    towards a fixed point it has not reached (rather than wandering past its best iterate)."""
+    return res.changing and still_improving(res.history["bound"])
 
 
 @dataclass(kw_only=True)

@@ -195,8 +195,11 @@ def msvmav_kernel(spec: KernelSpec, X, y, sample_weight, alpha, beta, *, fit_int
     the same data, kernel and weights (None: computed for this call only). ``factor_loop``:
     replaces the compiled loop of the factorised route, with the signature of
     :func:`_kernel_compiled` plus ``callback`` (a testing aid; a callback on that route needs
-    one). ``kw`` go to :func:`msvmav_iterate`.
+    one). ``kw`` go to :func:`msvmav_iterate`; ``solver="auto"`` is the paper's iteration here
+    (:func:`~margindist.solvers.msvmav.linear.solve_auto` is the linear path's).
     """
+    if kw.get("solver") == "auto":
+        kw = {**kw, "solver": "fixed-point"}
     y = np.asarray(y, dtype=np.float64)
     s = np.asarray(sample_weight, dtype=np.float64)
     with blas_single_thread(y.shape[0]):

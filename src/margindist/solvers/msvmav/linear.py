@@ -38,10 +38,10 @@ from ._cg import CG_TOL, CGSystem
 from ._common import as_float64, blas_single_thread, diverged
 from ._design import Design
 from ._direct import DirectSystem
-from ._history import History, MSVMAvResult, make_result
+from ._history import CHANGE_WINDOW, History, MSVMAvResult, creeping, make_result
 from ._loops import dense_loop, unit
 
-__all__ = ["SOLVERS", "accelerated", "msvmav_iterate", "msvmav_linear"]
+__all__ = ["SOLVERS", "accelerated", "msvmav_iterate", "msvmav_linear", "solve_auto"]
 
 #: How the fixed point is approached: the paper's iteration, or Anderson-accelerated (:mod:`._anderson`).
 SOLVERS = ("fixed-point", "anderson")
@@ -78,7 +78,8 @@ def _start(step, N, d):
 
 def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights=None,
                    max_iter=100, tol=1e-6, update="auto", refresh_every=None, cg_tol=CG_TOL,
-                   return_best=False, solver="fixed-point", stall=STALL, callback=None, log=None) -> MSVMAvResult:
+                   return_best=False, solver="fixed-point", stall=STALL, w0=None, callback=None,
+                   log=None) -> MSVMAvResult:
     """Run the MSVMAv iteration on the rows z_i of ``design``.
 
     Parameters
@@ -119,6 +120,8 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
     stall : int
         ``solver="anderson"`` also stops when its best SV/theta^2 has not improved in this many
         evaluations (0: only ``tol`` and ``max_iter`` stop it).
+    w0 : ndarray (d,), optional
+        Start here (normalised in the N-norm) instead of at step / ||step||_N.
     callback : callable, optional
         Called after each iteration with a dict (k, active, theta, w_prev, w_half, w, scheme,
         M (current explicit inverse or None), G (Gram sum or None), g). Testing aid.
@@ -139,7 +142,7 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
     P = np.ones(d) if prox is None else np.asarray(prox, dtype=np.float64)
     N = None if norm_weights is None else np.asarray(norm_weights, dtype=np.float64)
     step = u if step is None else np.asarray(step, dtype=np.float64)
-    w = _start(step, N, d)
+    w = _start(step if w0 is None else np.asarray(w0, dtype=np.float64), N, d)
     accel = accelerated(solver)
     am_step = step / (2.0 * alpha * S)
     if (update == "auto" and callback is None and not design.sparse and design.c is None
@@ -228,9 +231,11 @@ def _compiled(design, s, u, w0, P, am_step, N, beta, max_iter, tol, return_best,
                        return_best, family="compiled", n_products=int(n_full))
 
 
-def msvmav_linear(X, y, sample_weight, alpha, beta, *, fit_intercept=True, **kw) -> MSVMAvResult:
+def msvmav_linear(X, y, sample_weight, alpha, beta, *, fit_intercept=True, solver="fixed-point",
+                  **kw) -> MSVMAvResult:
     """Linear MSVMAv (paper Algorithm 1): the result's ``w`` are the coefficients (p,) and ``b``
-    the intercept; ``kw`` go to :func:`msvmav_iterate`.
+    the intercept; ``kw`` go to :func:`msvmav_iterate`, ``solver`` too, or "auto"
+    (:func:`solve_auto`).
 
     With ``fit_intercept`` the constant 1 is appended to every x_i (implicitly, X is not
     copied), so the bias is a coordinate of w and part of ||w|| = 1, as in the paper.
@@ -238,7 +243,33 @@ def msvmav_linear(X, y, sample_weight, alpha, beta, *, fit_intercept=True, **kw)
     X = as_float64(X)
     design = Design(X, y, intercept=fit_intercept)
     with blas_single_thread(design.d):
-        res = msvmav_iterate(design, sample_weight, alpha, beta, **kw)
+        if solver == "auto":
+            res = solve_auto(design, sample_weight, alpha, beta, **kw)
+        else:
+            res = msvmav_iterate(design, sample_weight, alpha, beta, solver=solver, **kw)
     if fit_intercept:
         res.w, res.b = res.w[:-1].copy(), float(res.w[-1])
     return res
+
+
+def solve_auto(design, s, alpha, beta, *, return_best=False, **kw) -> MSVMAvResult:
+    """``solver="auto"``: the paper's iteration; where it ends at ``max_iter`` unsettled with its
+    SV/theta^2 still falling over the last :data:`CHANGE_WINDOW` iterations (it creeps towards a
+    fixed point it has not reached, :func:`creeping`) and ``return_best`` is set, Anderson
+    acceleration of the same map continues from its best iterate, and the result is the best
+    point of both runs (the accelerated run's start is that iterate, so never a worse one).
+
+    The result's history, ``n_iter`` and ``best_iter`` run over both: the paper's iterates
+    0 ... n, then the accelerated evaluations after its start.
+    """
+    res = msvmav_iterate(design, s, alpha, beta, return_best=return_best, solver="fixed-point", **kw)
+    if not (return_best and creeping(res)):
+        return res
+    acc = msvmav_iterate(design, s, alpha, beta, return_best=True, solver="anderson", w0=res.w, **kw)
+    n = res.n_iter
+    acc.history = {k: np.concatenate([res.history[k], v[1:]]) for k, v in acc.history.items()}
+    acc.best_iter = res.best_iter if acc.best_iter == 0 else n + acc.best_iter
+    acc.n_iter = n + acc.n_iter
+    acc.n_products += res.n_products
+    acc.n_refresh += res.n_refresh
+    return acc
