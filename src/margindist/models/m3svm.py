@@ -15,7 +15,13 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._base import BaseMarginClassifier, get_logger
 from .._params import CLASS_WEIGHT, NON_NEGATIVE, POSITIVE, RANDOM_STATE, VERBOSE
-from ..solvers.m3svm import m3svm_adam, m3svm_lbfgs, row_space, row_space_pays, softmax_proba
+from ..solvers.m3svm import (
+    m3svm_adam,
+    m3svm_lbfgs,
+    row_space,
+    row_space_pays,
+    softmax_proba,
+)
 from ..solvers.m3svm_newton import (
     m3svm_lbfgs_scores,
     m3svm_newton_binary,

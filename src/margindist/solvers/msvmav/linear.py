@@ -38,7 +38,7 @@ from ._cg import CG_TOL, CGSystem
 from ._common import as_float64, blas_single_thread, diverged
 from ._design import Design
 from ._direct import DirectSystem
-from ._history import CHANGE_WINDOW, History, MSVMAvResult, creeping, make_result
+from ._history import History, MSVMAvResult, creeping, make_result
 from ._loops import dense_loop, unit
 
 __all__ = ["SOLVERS", "accelerated", "msvmav_iterate", "msvmav_linear", "solve_auto"]
