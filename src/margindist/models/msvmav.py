@@ -23,11 +23,10 @@ from .._params import (
     VERBOSE,
 )
 from ..solvers.msvmav import (
-    CHANGE_WINDOW,
     FactorCache,
+    creeping,
     msvmav_kernel,
     msvmav_linear,
-    still_improving,
 )
 
 __all__ = ["MSVMAv"]
@@ -464,7 +463,7 @@ class MSVMAv(BaseMarginClassifier):
             "changes in the last iteration=%d", res.n_iter,
             "converged" if res.converged else "max_iter", h["theta"][-1], h["bound"][-1],
             h["bound"][res.best_iter], res.best_iter, h["n_active"][-1], h["n_changes"][-1])
-        if res.changing and (not self.return_best or still_improving(h["bound"], CHANGE_WINDOW)):
+        if creeping(res) if self.return_best else res.changing:
             best = ""
             if not self.return_best and h["bound"][res.best_iter] < h["bound"][-1]:
                 best = (f" The returned last iterate has SV/theta^2 = {h['bound'][-1]:.4g}; iterate "

@@ -42,7 +42,7 @@ All dense linear algebra runs with one BLAS thread for matrices up to order
 from ._cache import FactorCache
 from ._common import blas_single_thread
 from ._design import Design
-from ._history import CHANGE_WINDOW, MSVMAvResult, still_improving
+from ._history import CHANGE_WINDOW, MSVMAvResult, creeping, still_improving
 from .kernel import msvmav_kernel
 from .linear import msvmav_iterate, msvmav_linear, solve_auto
 
@@ -52,6 +52,7 @@ __all__ = [
     "FactorCache",
     "MSVMAvResult",
     "blas_single_thread",
+    "creeping",
     "msvmav_iterate",
     "msvmav_kernel",
     "msvmav_linear",
