@@ -19,6 +19,7 @@ from margindist import (
     LSSVMCV,
     M3SVMCV,
     ODMCV,
+    MarginPursuit,
     MarginPursuitCV,
     MSVMAvCV,
 )
@@ -135,7 +136,7 @@ def test_sparse_input_gives_the_dense_search(data, folds):
     np.testing.assert_allclose(dense.cv_results_["mean_test_score"], sparse.cv_results_["mean_test_score"], atol=1e-9)
 
 
-@pytest.mark.parametrize("case", ["ODMCV", "LDMCV", "KMOMDCV", "M3SVMCV"])
+@pytest.mark.parametrize("case", ["ODMCV", "LDMCV", "KMOMDCV", "M3SVMCV", "MarginPursuitCV"])
 def test_warm_path_equals_cold_fits(case, data):
     """Walking the path with warm starts reaches each point's cold-fit model (to the solver's
     tolerance): the decision values agree closely."""
@@ -150,6 +151,18 @@ def test_warm_path_equals_cold_fits(case, data):
         warm.set_params(**{path: value}).fit(X, y)
         cold = clone(base).set_params(**{path: value}).fit(X, y)
         np.testing.assert_allclose(warm.decision_function(X), cold.decision_function(X), rtol=1e-3, atol=2e-3)
+
+
+def test_margin_pursuit_warm_starts_only_where_they_reach_the_cold_fit():
+    """Newton sets each lam's scale as a cold fit does, so it warm-starts with the default
+    rescaling; GD's rescaling happens along its own path from w = 0 and SGD stops early by a
+    noisy rule, so neither warm-starts (GD does with a fixed scale)."""
+    X = np.zeros((4, 2))
+    ok = MarginPursuitCV._exact_warm_start
+    assert ok(MarginPursuit(), X) and ok(MarginPursuit(solver="newton", rescale=False), X)
+    assert ok(MarginPursuit(solver="gd", rescale=False), X)
+    assert not ok(MarginPursuit(solver="gd"), X) and not ok(MarginPursuit(solver="sgd"), X)
+    assert not ok(MarginPursuit(tol=None), X)
 
 
 def test_default_grid_is_the_paper_grid():

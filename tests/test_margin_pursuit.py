@@ -243,6 +243,32 @@ def test_newton_reaches_the_gd_and_scipy_minimiser(influence, sparse, weighted):
         assert np.all(np.diff(h) <= 1e-14 * h[:-1])  # monotone at one scale
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_newtons_closed_form_first_step_is_gds_step(sparse, fit_intercept):
+    """The default rescaling (one step from 0) is taken in closed form by Newton: the same
+    point, the same rescaled scale and the same J(0) as mp_gd's first step, with weights."""
+    from margindist.solvers.margin_pursuit_newton import (
+        _first_step,
+        _make_problem,
+        newton_curvature,
+    )
+
+    X, y = _data(90, 4, seed=31)
+    X = sp.csr_matrix(X) if sparse else X
+    sw = np.random.default_rng(31).uniform(0.3, 2.5, size=90)
+    kw = {"rescale_quantile": 0.6, "delta": 0.05, "scale_factor": 1.5}
+    gd = mp_gd(X, y, sw, margin=0.8, scale=2.0, lam=0.03, fit_intercept=fit_intercept, max_iter=1, tol=None,
+               rescale_after=1, **kw)
+    prob = _make_problem(X, y, sw, 0.8, 0.03, "catoni_giulini", fit_intercept)
+    theta, scale, hist = _first_step(prob, sw, newton_curvature(X, sw, fit_intercept), prob.rmatvec(prob.c * prob.y), 2.0,
+                                     {"influence": "catoni_giulini", **kw}, None)
+    ref = np.append(gd.w, gd.b) if fit_intercept else gd.w
+    np.testing.assert_allclose(theta, ref, rtol=1e-12, atol=1e-15)
+    assert scale == pytest.approx(gd.scale, rel=1e-12) and scale != 2.0
+    assert hist == [pytest.approx(gd.history[0], rel=1e-14)]
+
+
 def test_newton_jacobi_path_and_no_intercept():
     # more than 500 columns: the diagonal preconditioner and ARPACK's norm for GD's first step
     rng = np.random.default_rng(22)
@@ -328,14 +354,20 @@ def test_newton_warm_start():
     with pytest.warns(ConvergenceWarning):
         warm.fit(X, y)  # GD's step, the rescaling, no Newton iteration yet
     assert warm.n_iter_ == 1 and warm.scale_ == cold.scale_
-    warm.set_params(max_iter=100).fit(X, y)  # continues at the kept scale to the same minimiser
+    warm.set_params(max_iter=100).fit(X, y)  # the same scale, from the last point: the same minimiser
     np.testing.assert_allclose(warm.coef_, cold.coef_, rtol=1e-9, atol=1e-12)
     assert warm.fit(X, y).n_iter_ == 0  # at the minimiser already
-    # another lam: the minimiser at the kept scale (no second rescaling)
+    # another lam (a path): the scale of a cold fit at that lam, and its minimiser, from the last point
     warm.set_params(lam=1e-2).fit(X, y)
-    ref = mp_newton(X, np.where(y > 0, 1.0, -1.0), np.ones(150), margin=1.0, scale=cold.scale_, lam=1e-2,
-                    rescale=False, tol=1e-12)
-    np.testing.assert_allclose(warm.coef_.ravel(), ref.w, rtol=1e-8, atol=1e-11)
+    cold2 = MarginPursuit(**{**kw, "lam": 1e-2}).fit(X, y)
+    assert warm.scale_ == cold2.scale_ != cold.scale_
+    np.testing.assert_allclose(warm.coef_, cold2.coef_, rtol=1e-8, atol=1e-11)
+    assert 0 < warm.n_iter_ < cold2.n_iter_ and warm.history_.size == warm.n_iter_ + 1
+    # other rows (a warm start carries over to data with the same features): their cold fit
+    warm.set_params(lam=1e-3).fit(X[:100], y[:100])
+    cold3 = MarginPursuit(**kw).fit(X[:100], y[:100])
+    assert warm.scale_ == cold3.scale_
+    np.testing.assert_allclose(warm.coef_, cold3.coef_, rtol=1e-8, atol=1e-11)
     # a state of another solver is not a start (the warm-start key names the solver)
     sgd = MarginPursuit(solver="sgd", warm_start=True, random_state=0, **kw).fit(X, y)
     sgd.set_params(solver="newton").fit(X, y)

@@ -511,14 +511,18 @@ class MarginPursuitCV(_MarginCV):
     _estimator, _method, _path_parameter = MarginPursuit, "margin_pursuit", "lam"
     _fallback_grid = {"lam": [1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1]}
     _doc = ("Margin pursuit with its ridge penalty lam chosen by cross-validation.",
-            ", warm-started with the exact solvers (newton, gd) and a tolerance when the loss scale is "
-            "fixed (rescale=False: the data-driven rescaling depends on the path from w = 0)",
+            ", warm-started with the Newton solver (the default) and a tolerance: each lam sets its "
+            "loss scale as a cold fit does and starts Newton from the previous lam's weights; gd is "
+            "warm-started only with a fixed scale (rescale=False: its rescaling happens along the path "
+            "from w = 0)",
             "the paper fixes lam, so the default grid is lam in 1e-6, 1e-5, ..., 1e-1, Pegasos' usual range",
             '{"lam": [1e-4, 1e-3]}')
 
     @staticmethod
     def _exact_warm_start(est, X) -> bool:
-        return est.solver in ("gd", "newton", "auto") and est.tol is not None and not est.rescale
+        if est.tol is None:
+            return False
+        return est.solver in ("newton", "auto") or (est.solver == "gd" and not est.rescale)
 
 
 class LSSVMCV(_MarginCV):

@@ -165,7 +165,10 @@ class MarginPursuit(BaseMarginClassifier):
         Continue from the previous fit: its weights, its scale (no second rescaling), and for
         SGD its step counter t (the schedule continues) and random stream. Ignored when the
         problem layout (features, sub-problems) or the solver changed. ``fit`` with warm start
-        and GD is equivalent to one longer run; Newton continues to the same minimiser.
+        and GD is equivalent to one longer run. Newton sets the scale as a cold fit does (the
+        rescaling steps run again from w = 0, at the current lam, on the current rows) and
+        starts from the previous weights, so it reaches the cold fit's minimiser (to ``tol``)
+        after a change of lam or of the data: a regularisation path.
     class_weight : dict or "balanced", default=None
         Multiplies the sample weights per class.
     multi_class : {"ovr", "ovo"}, default="ovo"
@@ -338,9 +341,14 @@ class MarginPursuit(BaseMarginClassifier):
         return self._sgd_model(state, run)
 
     def _fit_deterministic(self, solver, X, y, sw, warm, max_iter, log):
-        """solver="gd" or "newton" (the same J, the same rescaling, the same warm-start state)."""
+        """solver="gd" or "newton" (the same J, the same rescaling, the same warm-start state).
+
+        A warm GD fit continues the previous run (its scale, its iteration count). A warm Newton
+        fit sets the scale as a cold fit does (the rescaling steps from w = 0, at this fit's lam
+        and rows) and starts Newton from the previous weights: the cold fit's minimiser."""
         W = float(sw.sum())
-        if warm is None or "passes" not in warm:
+        cold = warm is None or "passes" not in warm
+        if cold or solver == "newton":
             w0, b0, s0, done, rescaled = None, 0.0, self._initial_scale(W), 0, False
         else:
             w0, b0, s0 = warm["w"], warm["b"], warm["scale"]
@@ -352,8 +360,8 @@ class MarginPursuit(BaseMarginClassifier):
         else:  # the grid points of a search fold share the curvature of its rows
             curv = self._fit_shared("newton curvature", (self.fit_intercept, sw.tobytes()),
                                     lambda: newton_curvature(X, sw, self.fit_intercept), X)
-            res = mp_newton(X, y, sw, scale=s0, max_iter=max_iter, tol=self.tol, w0=w0, b0=b0, iters_done=done,
-                            rescaled=rescaled, curvature=curv, log=log, **kw)
+            res = mp_newton(X, y, sw, scale=s0, max_iter=max_iter, tol=self.tol, curvature=curv,
+                            start=None if cold else (warm["w"], warm["b"]), log=log, **kw)
         if self.tol is not None and not res.converged:
             hint = "; increase max_iter (or use solver='newton')." if solver == "gd" else "; increase max_iter."
             warnings.warn(f"MarginPursuit(solver={self.solver!r}) did not reach tol={self.tol} in {max_iter} "

@@ -28,8 +28,9 @@ iteration counts are too.
 
 Scale and rescaling exactly as :func:`~margindist.solvers.margin_pursuit.mp_gd`: with
 ``rescale`` pending, :func:`mp_gd` itself takes its ``rescale_after`` steepest-descent steps
-(step 1/L) from the start and re-estimates the scale once; Newton then minimises J at that scale,
-so both solvers converge to the same minimiser. The stopping rule is GD's too:
+(step 1/L) from the start and re-estimates the scale once (the default single step from 0 is
+taken in closed form, :func:`_first_step`); Newton then minimises J at that scale, so both
+solvers converge to the same minimiser. The stopping rule is GD's too:
 ||grad J|| <= tol ||grad J(0)||.
 """
 
@@ -51,7 +52,9 @@ from .margin_pursuit import (
     _psi1,
     _rho1,
     influence_psi,
+    influence_rho,
     mp_gd,
+    rescaled_scale,
     rows_rmatvec,
     weighted_gram,
     weighted_op_norm_sq,
@@ -396,31 +399,68 @@ class NewtonResult(SolverResult):
     n_cg: int
 
 
-def _start(X, y, sample_weight, prob, curv, scale, w0, b0, fit_intercept, rescale_kw, log):
+def _theta(w, b, fit_intercept):
+    return np.append(w, b) if fit_intercept else np.array(w, dtype=np.float64)
+
+
+def _first_step(prob, sample_weight, curv, zy, scale, rescale_kw, log):
+    """The default rescaling (``rescale_after=1`` from theta = 0) in closed form: at theta = 0
+    every u_i is gamma / S, so grad J(0) = -psi(gamma / S) Z^T (c y) whatever lam, and the
+    step 1/L of :func:`mp_gd` gives theta_1 = psi(gamma / S) Z^T (c y) / L with the margins
+    y Z theta_1 -- one pass over X given ``zy`` = Z^T (c y), instead of mp_gd's six. Returns
+    (theta_1, the rescaled scale, [J(0)])."""
+    op2 = curv.op_norm_sq
+    if not np.isfinite(op2):
+        raise ValueError("The norm of X overflows: margin pursuit cannot take a step. Scale the features "
+                         "(e.g. MinMaxScaler or StandardScaler).")
+    kind = rescale_kw["influence"]
+    u0 = prob.margin / scale
+    theta = (float(influence_psi(u0, kind)) / (op2 / scale + prob.lam)) * zy
+    if not np.all(np.isfinite(theta)):
+        raise ValueError("Margin pursuit diverged (gradient descent, iteration 1): the weights are not finite. "
+                         "Scale the features (e.g. MinMaxScaler or StandardScaler) or increase lam.")
+    sw = np.asarray(sample_weight, dtype=np.float64)
+    new_scale = rescaled_scale(prob.y * prob.matvec(theta), sw, prob.margin, rescale_kw["rescale_quantile"],
+                               rescale_kw["delta"], rescale_kw["scale_factor"])
+    if log is not None:
+        log.info("margin pursuit GD: scale re-estimated after 1 iterations: S = %.4g", new_scale)
+    return theta, new_scale, [scale * float(influence_rho(u0, kind))]
+
+
+def _start(X, y, sample_weight, prob, curv, zy, scale, w0, b0, fit_intercept, rescale_kw, start, log):
     """theta and scale Newton starts from: after mp_gd's steps and rescaling when one is pending
-    (``rescale_kw`` not None), else (w0, b0) at ``scale``. Returns (theta, scale, history, rescale_iter)."""
+    (``rescale_kw`` not None), else (w0, b0) at ``scale``; ``start`` (w, b), when given,
+    replaces the point (not the scale). Returns (theta, scale, history, rescale_iter)."""
     if rescale_kw is None:
-        theta = np.append(w0, b0) if fit_intercept else w0.copy()
+        theta = _theta(*(start or (w0, b0)), fit_intercept)
         return theta, float(scale), [], None
+    if rescale_kw["max_iter"] == 1 and rescale_kw["iters_done"] == 0 and not (np.any(w0) or b0):
+        theta, new_scale, history = _first_step(prob, sample_weight, curv, zy, scale, rescale_kw, log)
+        return (theta, new_scale, history, 1) if start is None else (_theta(*start, fit_intercept), new_scale, [], None)
     pre = mp_gd(X, y, sample_weight, margin=prob.margin, scale=scale, lam=prob.lam, w0=w0, b0=b0,
                 fit_intercept=fit_intercept, tol=None, rescale=True, rescaled=False,
                 op_norm_sq=curv.op_norm_sq, log=log,
                 **rescale_kw)
-    theta = np.append(pre.w, pre.b) if fit_intercept else pre.w
-    return theta, pre.scale, list(pre.history[:-1]), pre.rescale_iter
+    if start is not None:  # the scale of this start, the point of another (the history is Newton's)
+        return _theta(*start, fit_intercept), pre.scale, [], None
+    return _theta(pre.w, pre.b, fit_intercept), pre.scale, list(pre.history[:-1]), pre.rescale_iter
 
 
 def mp_newton(X, y, sample_weight, *, margin, scale, lam, influence="catoni_giulini", fit_intercept=True,
               max_iter=100, tol=1e-4, rescale=True, rescale_after=1, rescale_quantile=0.75, delta=0.01,
               scale_factor=1.0, w0=None, b0=0.0, iters_done=0, rescaled=False, max_cg=250, curvature=None,
-              log=None):
+              start=None, log=None):
     """Minimise J by Newton-CG (see the module docstring); returns a :class:`NewtonResult`.
 
     Parameters are those of :func:`~margindist.solvers.margin_pursuit.mp_gd` plus ``max_cg``, the
     most CG steps per Newton iteration, and ``curvature``, the :func:`newton_curvature` of X and
     the sample weights when the caller has it (grid points on the same rows share it). With ``rescale`` pending, ``max(rescale_after - iters_done,
     1)`` steepest-descent steps come first, as in mp_gd; ``max_iter`` bounds those steps plus the
-    Newton iterations. Stops when ||grad J|| <= tol ||grad J(0)|| at the final scale (never
+    Newton iterations. ``start``: a point (w, b) Newton starts from once the scale is settled
+    (after the rescaling from (w0, b0), when one is pending) -- a warm start that reaches the
+    same minimiser as the cold fit, since J at a fixed scale is strictly convex; its
+    steepest-descent steps then only set the scale and count in neither ``n_iter`` nor the
+    history. Stops when ||grad J|| <= tol ||grad J(0)|| at the final scale (never
     before the rescaling), after ``max_iter`` iterations, or when the line search finds no
     decrease (J minimal to rounding).
     """
@@ -436,9 +476,10 @@ def mp_newton(X, y, sample_weight, *, margin, scale, lam, influence="catoni_giul
         rescale_kw = {"influence": influence, "max_iter": max(rescale_after - iters_done, 1),
                       "rescale_after": rescale_after, "rescale_quantile": rescale_quantile, "delta": delta,
                       "scale_factor": scale_factor, "iters_done": iters_done}
-    theta, s, history, rescale_iter = _start(X, y, sample_weight, prob, curv, scale, w0, b0, fit_intercept,
-                                             rescale_kw, log)
+    start = None if start is None else (np.asarray(start[0], dtype=np.float64), float(start[1]))
     zy = prob.rmatvec(prob.c * prob.y)
+    theta, s, history, rescale_iter = _start(X, y, sample_weight, prob, curv, zy, scale, w0, b0, fit_intercept,
+                                             rescale_kw, start, log)
     n_gd = len(history)
     g_ref = float(influence_psi(margin / s, influence)) * math.sqrt(float(zy @ zy))  # ||grad J(0)||
     precond = _preconditioner(curv.gram, curv.colsq, prob.lam, s)
