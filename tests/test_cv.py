@@ -37,7 +37,7 @@ CASES = {
     "LDMCV": (LDMCV, {"C": [0.25, 1.0, 8.0], "lambda1": [1e-4, 1e-2]}, {"kernel": "rbf", "gamma": 1.0, "tol": 1e-6}),
     "MSVMAvCV": (MSVMAvCV, {"alpha": [1.0, 8.0], "beta": [0.5, 4.0]}, {}),
     "KMOMDCV": (KMOMDCV, {"lam": [0.05, 0.3, 0.9]}, {"kernel": "rbf", "gamma": 1.0}),
-    "M3SVMCV": (M3SVMCV, {"lam": [1e-3, 1e-2, 1e-1], "p": [2, 4]}, {}),
+    "M3SVMCV": (M3SVMCV, {"lam": [1e-3, 1e-2, 1e-1], "p": [1, 2, 4]}, {}),
     "MarginPursuitCV": (MarginPursuitCV, {"lam": [1e-4, 1e-2]}, {"random_state": 0}),
     "LSSVMCV": (LSSVMCV, {"C": [0.25, 1.0, 16.0]}, {}),
 }

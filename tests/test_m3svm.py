@@ -394,7 +394,7 @@ def _reduced_objective(v, X, y, sw, lam, p, delta, eps, loss, fit_intercept):
 
 
 @pytest.mark.parametrize("loss", ["smooth_hinge", "softmax"])
-@pytest.mark.parametrize("p", [2.0, 3.0, 4.0])
+@pytest.mark.parametrize("p", [1.0, 1.5, 2.0, 3.0, 4.0])
 def test_binary_reduction_gradient_and_hessian(loss, p):
     X, y, sw = _binary_data()
     kw = {"lam": 0.3, "p": p, "delta": 0.2, "eps": 1e-3, "loss": loss, "fit_intercept": True}
@@ -424,7 +424,7 @@ def test_binary_reduction_gradient_and_hessian(loss, p):
 
 
 @pytest.mark.parametrize("loss", ["smooth_hinge", "softmax"])
-@pytest.mark.parametrize("p", [2.0, 4.0])
+@pytest.mark.parametrize("p", [1.0, 1.5, 2.0, 4.0])
 @pytest.mark.parametrize("fit_intercept", [True, False])
 def test_binary_newton_matches_lbfgs_and_an_independent_solve(loss, p, fit_intercept):
     X, y, sw = _binary_data()
@@ -445,6 +445,33 @@ def test_binary_newton_matches_lbfgs_and_an_independent_solve(loss, p, fit_inter
         np.testing.assert_allclose(res.coef, ref.coef, atol=atol * np.abs(ref.coef).max())
         np.testing.assert_allclose(res.intercept, ref.intercept, atol=atol * max(1, np.abs(ref.intercept).max()))
         np.testing.assert_allclose(res.coef[0], -res.coef[1])
+
+
+@pytest.mark.parametrize("loss", ["smooth_hinge", "softmax"])
+def test_binary_newton_p1_finds_the_zero_solution_and_leaves_it_below_the_threshold(loss):
+    """For p = 1, u = 0 is the minimiser exactly when the data gradient in u at the best
+    intercept lies in the lam ball: Newton returns it (no step from the kink), and just below
+    that lam it moves off the origin to the independent minimiser."""
+    X, y, sw = _binary_data()
+    kw = {"p": 1.0, "delta": 0.2, "eps": 1e-6, "loss": loss, "fit_intercept": True}
+    z = np.where(y == 1, 1.0, -1.0)
+    c = minimize(lambda t: _reduced_objective(np.append(np.zeros(X.shape[1]), t), X, y, sw, lam=0.0, **kw),
+                 [0.0], method="BFGS", options={"gtol": 1e-11}).x[0]
+    m = z * c
+    dphi = -1 / (1 + np.exp(m)) if loss == "softmax" else -(1 + (1 - m) / np.sqrt((1 - m) ** 2 + 0.04)) / 2
+    lam0 = np.linalg.norm(X.T @ (sw * dphi * z))  # the threshold: ||grad_u data(0, c*)||
+    for lam in (1.5 * lam0, 0.9 * lam0):
+        res = m3svm_newton_binary(X, y, sw, lam=lam, tol=1e-10, **kw)
+        assert res.converged
+        ind = minimize(_reduced_objective, np.append(np.full(X.shape[1], 1e-3), c), args=(X, y, sw, lam, *kw.values()),
+                       method="Nelder-Mead", options={"xatol": 1e-10, "fatol": 1e-14, "maxiter": 40000, "maxfev": 40000})
+        assert res.objective <= ind.fun * (1 + 1e-9)
+        if lam > lam0:
+            assert not np.any(res.coef) and res.intercept[1] == pytest.approx(c / 2, rel=1e-6)
+        else:
+            assert np.linalg.norm(res.coef) > 0
+            ref = m3svm_lbfgs(X, y, sw, 2, lam=lam, tol=1e-10, **kw)
+            assert abs(res.objective - ref.objective) <= 1e-9 * ref.objective
 
 
 def _multi_data(n=90, d=5, K=4, seed=12):
@@ -531,15 +558,18 @@ def test_auto_solver_choice_and_same_predictions(iris):
     assert est._resolve_solver(sp.csr_matrix(X), 3) == "lbfgs"
     assert est._resolve_solver(sp.csr_matrix((5, 2000)), 5) == "lbfgs-scores"
     assert est._resolve_solver(np.zeros((5, 2000)), 5) == "lbfgs"  # the presets' solver
-    assert M3SVM(p=1.5)._resolve_solver(X, 2) == "lbfgs"
+    assert M3SVM(p=1.5)._resolve_solver(X, 2) == "newton"
+    assert M3SVM(p=1.5)._resolve_solver(X, 3) == "lbfgs" and M3SVM(p=0.5)._resolve_solver(X, 2) == "lbfgs"
     for target in (yb, y):
         for Xf in (X, sp.csr_matrix(X)):
             a = M3SVM(lam=0.1, tol=1e-9).fit(Xf, target)
             b = M3SVM(lam=0.1, tol=1e-9, solver="lbfgs").fit(Xf, target)
             assert abs(a.objective_ - b.objective_) <= 1e-8 * b.objective_
             np.testing.assert_array_equal(a.predict(Xf), b.predict(Xf))
-    with pytest.raises(ValueError, match="p >= 2"):
-        M3SVM(p=1.5, solver="newton").fit(X, yb)
+    with pytest.raises(ValueError, match="p >= 2 with 3 classes"):
+        M3SVM(p=1.5, solver="newton").fit(X, y)
+    with pytest.raises(ValueError, match="p >= 1 with 2 classes"):
+        M3SVM(p=0.5, solver="newton").fit(X, yb)
 
 
 def test_newton_warm_start(iris):

@@ -111,10 +111,11 @@ class M3SVM(BaseMarginClassifier):
         Newton systems solved directly (dense X with at most 1000 features) or by
         preconditioned conjugate gradients on fused Hessian-vector products X^T D X v (CSR or
         wide X), as LIBLINEAR's trust-region Newton does; more classes: Newton-CG on (W, b)
-        with the per-sample K x K loss Hessians. Needs p >= 2. "lbfgs": scipy's L-BFGS-B on
+        with the per-sample K x K loss Hessians. Needs p >= 1 for two classes (a start at
+        u = 0 first moves off that kink of ||u||^p), p >= 2 for more. "lbfgs": scipy's L-BFGS-B on
         the analytic gradient. "lbfgs-scores": L-BFGS (memory 10) whose line search moves the
         class scores along X D^T instead of recomputing them (two products with X per step,
-        little overhead per step). "auto": "newton" for two classes and p >= 2 (0.23x
+        little overhead per step). "auto": "newton" for two classes and p >= 1 (0.23x
         LinearSVC's time on dense 120k x 100, 0.78x on sparse 200k x 50k), else
         "lbfgs-scores" for CSR X with n_classes * n_features >= 10000 (2.6x faster than
         "lbfgs" on cornell's 4134 raw word features), else "lbfgs" (dense or small
@@ -282,11 +283,13 @@ class M3SVM(BaseMarginClassifier):
 
     def _resolve_solver(self, X, n_classes):
         """The solver ``solver="auto"`` stands for (see the ``solver`` parameter)."""
-        if self.solver == "newton" and self.p < 2:
-            raise ValueError(f"solver='newton' needs p >= 2 (got p={self.p}); use solver='lbfgs'.")
+        p_min = 1 if n_classes == 2 else 2
+        if self.solver == "newton" and self.p < p_min:
+            raise ValueError(f"solver='newton' needs p >= {p_min} with {n_classes} classes (got p={self.p}); "
+                             "use solver='lbfgs'.")
         if self.solver != "auto":
             return self.solver
-        if self.p >= 2 and n_classes == 2:
+        if self.p >= 1 and n_classes == 2:
             return "newton"
         big = n_classes * X.shape[1] >= _LBFGS_SCORES_MIN_SIZE
         return "lbfgs-scores" if big and sp.issparse(X) else "lbfgs"

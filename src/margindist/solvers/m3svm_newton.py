@@ -2,7 +2,8 @@
 
 F is smooth and, for p >= 2 and eps > 0, strongly convex on the space the minimiser lives in,
 so Newton's method with a backtracking (Armijo) line search converges globally and
-quadratically near the optimum. Both drivers minimise F / sum_i s_i, as the L-BFGS driver does,
+quadratically near the optimum. For two classes and 1 <= p < 2, F is smooth away from u = 0
+(below), which the binary driver steps off first (:func:`_off_the_origin`). Both drivers minimise F / sum_i s_i, as the L-BFGS driver does,
 and stop on the same rule: the largest gradient entry of F / sum_i s_i w.r.t. (W, b) below tol.
 
 **Two classes** (:func:`m3svm_newton_binary`). Data term and regulariser see W, b only through
@@ -399,18 +400,49 @@ class _BinaryProblem:
         return self._evaluate()
 
 
+def _off_the_origin(prob, x, tol, max_iter):
+    """A start for 1 <= p < 2, where the Hessian of lam ||u||^p is unbounded at u = 0 (and for
+    p = 1 F2 has a kink there): from x with u = 0, the best intercept at u = 0 (a one-variable
+    problem of the same form), then along the steepest descent direction of F2 in u. Returns
+    (x, optimal, iterations): ``optimal`` when u = 0 is the minimiser -- for p = 1 when the
+    gradient of the data term in u is within the ball of radius lam (0 is in the
+    subdifferential of F2), for 1 < p < 2 only when that gradient is 0."""
+    d, x = prob.dim, np.array(x, dtype=np.float64)
+    it = 0
+    if prob.bias:
+        sub = _BinaryProblem(np.zeros((prob.X.shape[0], 0)), prob.z, prob.s, lam=0.0, p=2.0, delta=prob.delta,
+                             eps=prob.eps, loss="softmax" if prob.softmax else "smooth_hinge",
+                             fit_intercept=True, direct=True)
+        _, _, it, _, _ = newton_minimize(sub, x[d:], tol=tol, max_iter=max_iter)
+        x[d:] = sub.x
+    f, g = prob.set_point(x)  # at u = 0 the regulariser adds nothing to g and to H v
+    gu = g[:d]
+    nrm = math.sqrt(float(gu @ gu))
+    slope = -nrm * nrm + (prob.lam / prob.scale * nrm if prob.p == 1 else 0.0)  # along -gu
+    if not slope < 0:
+        return x, True, it
+    step = np.concatenate([-gu, np.zeros(int(prob.bias))])
+    t = -slope / max(float(step @ prob.hvp(step)), 1e-300)  # the minimiser of the quadratic model
+    phi = prob.line(step)
+    while not phi(t) < f and t > 1e-30 * (1.0 + t):
+        t *= 0.5
+    return x + t * step, False, it
+
+
 def m3svm_newton_binary(X, y_index, sample_weight, *, lam, p, delta, eps, loss, fit_intercept,
                         max_iter=1000, tol=1e-6, coef_init=None, intercept_init=None, direct=None,
                         log=None):
     """Minimise F for two classes through the (d + 1)-variable problem F2 of the module docstring.
 
     ``direct``: solve the Newton systems with the explicit Hessian (default: dense X with at most
-    ``DIRECT_MAX_FEATURES`` features) or by preconditioned CG. Needs p >= 2 (for p < 2 the
-    Hessian of ||u||^p is unbounded near u = 0). Returns an :class:`M3SVMResult` with
-    coef = [-u/2, u/2], intercept = [-c/2, c/2].
+    ``DIRECT_MAX_FEATURES`` features) or by preconditioned CG. Needs p >= 1 (convexity). For
+    p < 2 the Hessian of ||u||^p is unbounded at u = 0, so a start there first moves off the
+    origin (:func:`_off_the_origin`, which also recognises u = 0 as the minimiser where it is:
+    p = 1 and a large lam); F2 is smooth along the rest of the path. Returns an
+    :class:`M3SVMResult` with coef = [-u/2, u/2], intercept = [-c/2, c/2].
     """
-    if p < 2:
-        raise ValueError(f"The Newton solver needs p >= 2 (got p={p}); use solver='lbfgs'.")
+    if p < 1:
+        raise ValueError(f"The Newton solver needs p >= 1 (got p={p}); use solver='lbfgs'.")
     d = X.shape[1]
     if direct is None:
         direct = not sp.issparse(X) and d <= DIRECT_MAX_FEATURES
@@ -424,8 +456,16 @@ def m3svm_newton_binary(X, y_index, sample_weight, *, lam, p, delta, eps, loss, 
         x0[d] = float(intercept_init[1] - intercept_init[0])
     prob = _BinaryProblem(X, z, s, lam=lam, p=p, delta=delta, eps=eps, loss=loss,
                           fit_intercept=fit_intercept, direct=direct)
-    f, _, it, converged, hist = newton_minimize(prob, x0, tol=tol, max_iter=max_iter, log=log,
-                                                name="Newton (binary, " + ("direct)" if direct else "CG)"))
+    it0, optimal = 0, False
+    if p < 2 and not np.any(x0[:d]):
+        x0, optimal, it0 = _off_the_origin(prob, x0, tol, max_iter)
+    if optimal:
+        f, _ = prob.set_point(x0)
+        it, converged, hist = 0, True, np.array([f])
+    else:
+        f, _, it, converged, hist = newton_minimize(prob, x0, tol=tol, max_iter=max_iter, log=log,
+                                                    name="Newton (binary, " + ("direct)" if direct else "CG)"))
+    it += it0
     _check_finite(prob.x, "newton", "Check the data scaling (standardise the features) or raise eps.")
     u, c = prob._split(prob.x)
     return M3SVMResult(coef=np.vstack([-0.5 * u, 0.5 * u]), intercept=np.array([-0.5 * c, 0.5 * c]),
