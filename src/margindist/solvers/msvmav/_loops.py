@@ -151,9 +151,10 @@ def _add_row(X, y, i, wt, intercept, G, g):
         G[d - 1, d - 1] += wt
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FM)
 def _solve_spd(H, rhs, L, x):
-    """x = H^{-1} rhs by Cholesky (H symmetric positive definite, upper triangle given)."""
+    """x = H^{-1} rhs by Cholesky (H symmetric positive definite, upper triangle given); the
+    inner products summed in any order (vectorised: twice as fast at d = 60)."""
     d = H.shape[0]
     for j in range(d):
         acc = H[j, j]
