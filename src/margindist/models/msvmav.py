@@ -153,13 +153,14 @@ class MSVMAv(BaseMarginClassifier):
         extrapolation can settle at another fixed point with a larger SV/theta^2 (measured on
         titanic, ionosphere, german and the one-vs-one problems of a small text set; see
         "Solvers" on the MSVMAv page). ``return_best`` keeps the point of smallest SV/theta^2
-        the accelerated run visited. ``"auto"``: the paper's iteration; where it ends at
-        ``max_iter`` unsettled with its SV/theta^2 still falling (it creeps towards a fixed
-        point it has not reached) and ``return_best`` is set, the accelerated iteration
-        continues from its best iterate (at most 50 evaluations without a better point), and the
-        model is the best point of both runs, never worse than the paper iteration's best.
-        Elsewhere, and for kernel models (exact or ``kernel_approximation``), "auto" is
-        "fixed-point".
+        the accelerated run visited. ``"auto"``: the paper's iteration; where it is unsettled
+        with its SV/theta^2 still falling (it creeps towards a fixed point it has not reached)
+        after its first 100 iterations (the paper's T), or else at ``max_iter``, and
+        ``return_best`` is set, the accelerated iteration continues from its best iterate (at
+        most 50 evaluations without a better point), and the model is the best point of both
+        runs, never worse than the paper iteration's best. Elsewhere, and for kernel models
+        (exact or ``kernel_approximation``), "auto" is "fixed-point" (a run that wanders at
+        100 iterations is run again to ``max_iter``: the same model).
     fit_intercept : bool, default=True
         Append the constant-1 feature (the paper's bias, inside the norm). For kernels this is
         the kernel k + 1 with ``intercept_`` = sum_j a_j, so that ``kernel="linear"`` is the same
