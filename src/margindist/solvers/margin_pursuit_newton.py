@@ -432,18 +432,19 @@ def _start(X, y, sample_weight, prob, curv, zy, scale, w0, b0, fit_intercept, re
     (``rescale_kw`` not None), else (w0, b0) at ``scale``; ``start`` (w, b), when given,
     replaces the point (not the scale). Returns (theta, scale, history, rescale_iter)."""
     if rescale_kw is None:
-        theta = _theta(*(start or (w0, b0)), fit_intercept)
-        return theta, float(scale), [], None
-    if rescale_kw["max_iter"] == 1 and rescale_kw["iters_done"] == 0 and not (np.any(w0) or b0):
-        theta, new_scale, history = _first_step(prob, sample_weight, curv, zy, scale, rescale_kw, log)
-        return (theta, new_scale, history, 1) if start is None else (_theta(*start, fit_intercept), new_scale, [], None)
-    pre = mp_gd(X, y, sample_weight, margin=prob.margin, scale=scale, lam=prob.lam, w0=w0, b0=b0,
-                fit_intercept=fit_intercept, tol=None, rescale=True, rescaled=False,
-                op_norm_sq=curv.op_norm_sq, log=log,
-                **rescale_kw)
-    if start is not None:  # the scale of this start, the point of another (the history is Newton's)
-        return _theta(*start, fit_intercept), pre.scale, [], None
-    return _theta(pre.w, pre.b, fit_intercept), pre.scale, list(pre.history[:-1]), pre.rescale_iter
+        return _theta(*(start or (w0, b0)), fit_intercept), float(scale), [], None
+    if rescale_kw["rescale_after"] == 1 and rescale_kw["iters_done"] == 0 and not (np.any(w0) or b0):
+        theta, scale, history = _first_step(prob, sample_weight, curv, zy, scale, rescale_kw, log)
+        rescale_iter = 1
+    else:
+        pre = mp_gd(X, y, sample_weight, margin=prob.margin, scale=scale, lam=prob.lam, w0=w0, b0=b0,
+                    fit_intercept=fit_intercept, tol=None, rescale=True, rescaled=False,
+                    op_norm_sq=curv.op_norm_sq, log=log, **rescale_kw)
+        theta, scale, history = _theta(pre.w, pre.b, fit_intercept), pre.scale, list(pre.history[:-1])
+        rescale_iter = pre.rescale_iter
+    if start is not None:  # this scale, the point of another start (the history is Newton's)
+        return _theta(*start, fit_intercept), scale, [], None
+    return theta, scale, history, rescale_iter
 
 
 def mp_newton(X, y, sample_weight, *, margin, scale, lam, influence="catoni_giulini", fit_intercept=True,
