@@ -4,7 +4,8 @@ F is smooth and, for p >= 2 and eps > 0, strongly convex on the space the minimi
 so Newton's method with a backtracking (Armijo) line search converges globally and
 quadratically near the optimum. For two classes and 1 <= p < 2, F is smooth away from u = 0
 (below), which the binary driver steps off first (:func:`_off_the_origin`). Both drivers
-minimise F / sum_i s_i, as the L-BFGS driver does, and stop on the same rule: the largest gradient entry of F / sum_i s_i w.r.t. (W, b) below tol.
+minimise F / sum_i s_i, as the L-BFGS driver does, and stop on the same rule: the largest
+gradient entry of F / sum_i s_i w.r.t. (W, b) below tol.
 
 **Two classes** (:func:`m3svm_newton_binary`). Data term and regulariser see W, b only through
 u = w_1 - w_0 and c = b_1 - b_0. Writing w_0 = m - u/2, w_1 = m + u/2, the ridge is
