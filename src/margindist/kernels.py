@@ -278,9 +278,15 @@ def nystroem_map(spec: KernelSpec, X, n_components: int, seed, *, landmarks: str
         idx = np.sort(idx)
     else:
         idx = np.sort(np.random.default_rng(seed).choice(m, size=n_components, replace=False))
-    vals, vecs = np.linalg.eigh(kernel_matrix(spec, X[idx]))
+    return NystroemMap(landmarks=idx, normalization=psd_inverse_sqrt(kernel_matrix(spec, X[idx])))
+
+
+def psd_inverse_sqrt(K) -> np.ndarray:
+    """K^(-1/2) of a symmetric positive semi-definite K (the landmarks' kernel matrix), its
+    eigenvalues floored at 1e-12 times the largest (a rank-deficient K stays usable)."""
+    vals, vecs = np.linalg.eigh(K)
     vals = np.maximum(vals, 1e-12 * max(float(vals.max(initial=0.0)), 1e-300))
-    return NystroemMap(landmarks=idx, normalization=(vecs / np.sqrt(vals)) @ vecs.T)
+    return (vecs / np.sqrt(vals)) @ vecs.T
 
 
 # --------------------------------------------------------------------------------------

@@ -37,7 +37,9 @@ class LSSVM(BaseMarginClassifier):
     * Kernel: the KKT system [[0, y^T], [y, Omega + D]] [b; a] = [0; 1], Omega = Y G Y,
       D = diag(1 / (C s_i)). ``solver="cholesky"`` factorises the m x m matrix: O(m^3) time
       and m^2 memory — say m = 20k needs 3 GiB; ``solver="cg"`` runs conjugate gradients
-      (kernel products from a Gram matrix held in ``cache_size`` or recomputed in blocks).
+      preconditioned by a Nyström approximation of the kernel matrix (FALKON's
+      preconditioner; kernel products from a Gram matrix held in ``cache_size`` or
+      recomputed in blocks).
     * Linear: the equivalent weighted ridge regression on the +-1 targets with an unpenalised
       intercept, in the primal: O(m d^2 + d^3) by Cholesky, or CG with products through X
       (sparse X stays sparse).
