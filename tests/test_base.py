@@ -332,3 +332,36 @@ def test_partial_fit_is_the_shared_one(Est, blobs):
         assert est.partial_fit(X[batch], y[batch], classes=np.unique(y)) is est
     assert est.problems_ == [(None, k) for k in range(4)] and est.coef_.shape == (4, 3)
     assert est.shape_fit_ == (40, 3) and len(est._warm_state["states"]) == 4
+
+
+def _blas_threads():
+    from threadpoolctl import threadpool_info
+
+    return max((i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"), default=1)
+
+
+def test_fits_run_with_one_blas_thread_unless_a_dense_matrix_is_large(blobs, monkeypatch):
+    """The products of small problems run on one BLAS thread (threads spin and slow them down
+    many times over on a busy machine); above the bound the threading is left as it was."""
+    from threadpoolctl import threadpool_limits
+
+    import margindist.solvers._threads as threads
+
+    X, y = blobs
+    seen = []
+
+    def kernel(A, B):
+        seen.append(_blas_threads())
+        return A @ B.T
+
+    with threadpool_limits(2, user_api="blas"):
+        outside = _blas_threads()
+        if outside < 2:
+            pytest.skip("no multi-threaded BLAS here")
+        LSSVM(kernel=kernel).fit(X, y)
+        assert seen and set(seen) == {1}
+        monkeypatch.setattr(threads, "BLAS_SINGLE_THREAD_MAX", X.shape[0] - 1)
+        seen.clear()
+        LSSVM(kernel=kernel).fit(X, y)
+        assert set(seen) == {outside}
+        assert _blas_threads() == outside  # restored after the fit

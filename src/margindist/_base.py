@@ -68,6 +68,7 @@ from .kernels import (
     rkhs_norm_sq,
 )
 from .metrics import label_index, multiclass_margins, pairwise_margins
+from .solvers._threads import blas_single_thread
 
 logger = logging.getLogger("margindist")
 
@@ -487,21 +488,23 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         else:
             keep, X_fit, y_fit, sw_fit = None, X, y_index, sw
         spec = self._kernel_spec(X_fit, sw_fit)
-        self._shared_data = data
-        try:
-            scale_problem = self._warn_scale(X_fit, spec)
-            self._prepare(X_fit, y_fit, sw_fit, spec)
-            if self._native_multiclass:
-                self._fit_native(X_fit, y_fit, sw_fit, spec)
-            else:
-                problems = self._binary_problems(y_fit, classes.size)
-                models = self._fit_problems(X_fit, y_fit, sw_fit, spec, problems)
-                self._assemble(X_fit, models, problems, spec, keep)
-        finally:
-            self._release()
-            self._shared_data = None
-        if check:
-            self._check_useful(X, y_index, sw, scale_problem)
+        # one BLAS thread unless a dense matrix is large (the order: features, or kernel rows)
+        with blas_single_thread(X_fit.shape[1] if spec is None or spec.is_linear else X_fit.shape[0]):
+            self._shared_data = data
+            try:
+                scale_problem = self._warn_scale(X_fit, spec)
+                self._prepare(X_fit, y_fit, sw_fit, spec)
+                if self._native_multiclass:
+                    self._fit_native(X_fit, y_fit, sw_fit, spec)
+                else:
+                    problems = self._binary_problems(y_fit, classes.size)
+                    models = self._fit_problems(X_fit, y_fit, sw_fit, spec, problems)
+                    self._assemble(X_fit, models, problems, spec, keep)
+            finally:
+                self._release()
+                self._shared_data = None
+            if check:
+                self._check_useful(X, y_index, sw, scale_problem)
         return self
 
     def _fit_native(self, X, y_index, sw, spec):

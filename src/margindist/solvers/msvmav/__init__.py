@@ -29,18 +29,19 @@ Modules, one per path or shared piece:
 * :mod:`._direct` (explicit d x d inverse / Cholesky schemes), :mod:`._cg` (conjugate
   gradients), :mod:`._design` (the rows z_i without forming Z), :mod:`._history` (per-iterate
   history and :class:`MSVMAvResult`), :mod:`._loops` (numba), :mod:`._cache`
-  (:class:`FactorCache`), :mod:`._common` (constants, BLAS threads).
+  (:class:`FactorCache`), :mod:`._common` (constants).
 
 The solvers return an :class:`MSVMAvResult` and never warn: ``converged`` and ``changing`` say
 how a run ended, and the estimator raises the ConvergenceWarning. Factorisations are cached
 only in a :class:`FactorCache` that the caller passes (nothing process-wide).
 
 All dense linear algebra runs with one BLAS thread for matrices up to order
-``_common.BLAS_SINGLE_THREAD_MAX`` (multi-threaded OpenBLAS was measured 10x slower there).
+``margindist.solvers._threads.BLAS_SINGLE_THREAD_MAX`` (multi-threaded OpenBLAS was measured
+10x slower there).
 """
 
 from ._cache import FactorCache
-from ._common import blas_single_thread
+from .._threads import blas_single_thread
 from ._design import Design
 from ._history import CHANGE_WINDOW, MSVMAvResult, creeping, still_improving
 from .kernel import msvmav_kernel

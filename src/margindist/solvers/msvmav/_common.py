@@ -2,30 +2,13 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-
 import numpy as np
 import scipy.sparse as sp
 
-from .._threads import single_blas_thread
-
-#: Problems whose largest dense matrix has at most this order run with one BLAS thread.
-BLAS_SINGLE_THREAD_MAX = 2048
 #: Probe residual of an explicit inverse above which it is recomputed from scratch.
 REFRESH_TOL = 1e-10
 #: The probe check runs after every CHECK_EVERY-th incremental update.
 CHECK_EVERY = 4
-
-
-def blas_single_thread(size: int):
-    """Context manager limiting BLAS to one thread when the dense matrices are small.
-
-    Multi-threaded OpenBLAS was measured 10-60x slower than one thread on the small matrices of
-    this solver (d or m up to a few hundred) on a 2-core machine; ``size`` is the order of the
-    largest dense matrix of the problem. Above :data:`BLAS_SINGLE_THREAD_MAX` the BLAS
-    threading is left alone (control it with threadpoolctl around ``fit``).
-    """
-    return nullcontext() if size > BLAS_SINGLE_THREAD_MAX else single_blas_thread()
 
 
 def probe_vector(n: int) -> np.ndarray:

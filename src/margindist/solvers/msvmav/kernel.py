@@ -9,7 +9,8 @@ from scipy.linalg import lapack
 
 from ...kernels import KernelSpec, kernel_matrix
 from ._anderson import STALL
-from ._common import CHECK_EVERY, REFRESH_TOL, blas_single_thread, diverged
+from .._threads import blas_single_thread
+from ._common import CHECK_EVERY, REFRESH_TOL, diverged
 from ._design import Design
 from ._history import MSVMAvResult, make_result
 from ._loops import kernel_loop

@@ -35,7 +35,8 @@ import numpy as np
 
 from ._anderson import STALL, anderson_state, anderson_step
 from ._cg import CG_TOL, CGSystem
-from ._common import as_float64, blas_single_thread, diverged
+from .._threads import blas_single_thread
+from ._common import as_float64, diverged
 from ._design import Design
 from ._direct import DirectSystem
 from ._history import History, MSVMAvResult, creeping, make_result
