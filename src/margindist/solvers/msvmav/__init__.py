@@ -40,8 +40,8 @@ All dense linear algebra runs with one BLAS thread for matrices up to order
 10x slower there).
 """
 
-from ._cache import FactorCache
 from .._threads import blas_single_thread
+from ._cache import FactorCache
 from ._design import Design
 from ._history import CHANGE_WINDOW, MSVMAvResult, creeping, still_improving
 from .kernel import msvmav_kernel

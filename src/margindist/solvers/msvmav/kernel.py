@@ -8,8 +8,8 @@ import scipy.linalg as sla
 from scipy.linalg import lapack
 
 from ...kernels import KernelSpec, kernel_matrix
-from ._anderson import STALL
 from .._threads import blas_single_thread
+from ._anderson import STALL
 from ._common import CHECK_EVERY, REFRESH_TOL, diverged
 from ._design import Design
 from ._history import MSVMAvResult, make_result

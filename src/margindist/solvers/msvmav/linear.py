@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._threads import blas_single_thread
 from ._anderson import STALL, anderson_state, anderson_step
 from ._cg import CG_TOL, CGSystem
-from .._threads import blas_single_thread
 from ._common import as_float64, diverged
 from ._design import Design
 from ._direct import DirectSystem
