@@ -58,6 +58,7 @@ __all__ = [
     "INFLUENCE_CODES",
     "SGDState",
     "catoni_scale",
+    "check_norm_finite",
     "influence_psi",
     "influence_rho",
     "mp_gd",
@@ -296,6 +297,15 @@ class GDResult(SolverResult):
     rescale_iter: int | None  # history[:k] used the old scale, history[k:] the new (None: no change)
 
 
+def check_norm_finite(value):
+    """Raise the error of a design whose norm overflows (``value``: a norm or Gram matrix of X)."""
+    if not np.all(np.isfinite(value)):
+        raise ValueError(
+            "The norm of X overflows: margin pursuit cannot take a step. Scale the features "
+            "(e.g. MinMaxScaler or StandardScaler)."
+        )
+
+
 def _check_finite(w, b, where):
     if not (np.all(np.isfinite(w)) and np.isfinite(b)):
         raise ValueError(
@@ -329,11 +339,7 @@ def mp_gd(X, y, sample_weight, *, margin, scale, lam, influence="catoni_giulini"
     if op2 is None:
         with np.errstate(over="ignore", invalid="ignore"):
             op2 = weighted_op_norm_sq(X, swn, fit_intercept)
-    if not np.isfinite(op2):
-        raise ValueError(
-            "The norm of X overflows: margin pursuit cannot take a step. Scale the features "
-            "(e.g. MinMaxScaler or StandardScaler)."
-        )
+    check_norm_finite(op2)
     s = float(scale)
     XTy = np.asarray(X.T @ (swn * y), dtype=np.float64).ravel()
     ysum = float(swn @ y)

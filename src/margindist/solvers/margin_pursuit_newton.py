@@ -49,8 +49,10 @@ from ._result import SolverResult
 from ._rows import make_rows, row_axpy, row_dot, rows_dot
 from .margin_pursuit import (
     INFLUENCE_CODES,
+    _check_finite,
     _psi1,
     _rho1,
+    check_norm_finite,
     influence_psi,
     influence_rho,
     mp_gd,
@@ -274,9 +276,7 @@ def newton_curvature(X, sample_weight, fit_intercept=True) -> Curvature:
         return Curvature(X, c, bool(fit_intercept), None, colsq)
     with np.errstate(over="ignore", invalid="ignore"):
         gram = weighted_gram(X, c, fit_intercept)
-    if not np.all(np.isfinite(gram)):
-        raise ValueError("The norm of X overflows: margin pursuit cannot take a step. Scale the features "
-                         "(e.g. MinMaxScaler or StandardScaler).")
+    check_norm_finite(gram)
     return Curvature(X, c, bool(fit_intercept), gram, None)
 
 
@@ -410,15 +410,11 @@ def _first_step(prob, sample_weight, curv, zy, scale, rescale_kw, log):
     y Z theta_1 -- one pass over X given ``zy`` = Z^T (c y), instead of mp_gd's six. Returns
     (theta_1, the rescaled scale, [J(0)])."""
     op2 = curv.op_norm_sq
-    if not np.isfinite(op2):
-        raise ValueError("The norm of X overflows: margin pursuit cannot take a step. Scale the features "
-                         "(e.g. MinMaxScaler or StandardScaler).")
+    check_norm_finite(op2)
     kind = rescale_kw["influence"]
     u0 = prob.margin / scale
     theta = (float(influence_psi(u0, kind)) / (op2 / scale + prob.lam)) * zy
-    if not np.all(np.isfinite(theta)):
-        raise ValueError("Margin pursuit diverged (gradient descent, iteration 1): the weights are not finite. "
-                         "Scale the features (e.g. MinMaxScaler or StandardScaler) or increase lam.")
+    _check_finite(theta, 0.0, "gradient descent, iteration 1")
     sw = np.asarray(sample_weight, dtype=np.float64)
     new_scale = rescaled_scale(prob.y * prob.matvec(theta), sw, prob.margin, rescale_kw["rescale_quantile"],
                                rescale_kw["delta"], rescale_kw["scale_factor"])

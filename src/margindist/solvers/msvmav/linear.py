@@ -272,12 +272,14 @@ def solve_auto(design, s, alpha, beta, *, return_best=False, max_iter=100, **kw)
     The result's history, ``n_iter`` and ``best_iter`` run over both: the paper's iterates
     0 ... n, then the accelerated evaluations after its start.
     """
+    def paper(n_iter):
+        return msvmav_iterate(design, s, alpha, beta, return_best=return_best, solver="fixed-point",
+                              max_iter=n_iter, **kw)
+
     check = min(max_iter, AUTO_CHECK) if return_best else max_iter
-    res = msvmav_iterate(design, s, alpha, beta, return_best=return_best, solver="fixed-point",
-                         max_iter=check, **kw)
+    res = paper(check)
     if check < max_iter and not res.converged and not creeping(res):
-        res = msvmav_iterate(design, s, alpha, beta, return_best=True, solver="fixed-point",
-                             max_iter=max_iter, **kw)
+        res = paper(max_iter)
     if not (return_best and creeping(res)):
         return res
     acc = msvmav_iterate(design, s, alpha, beta, return_best=True, solver="anderson", w0=res.w,
