@@ -215,3 +215,26 @@ def test_cache_dtype_rule():
     assert cache_dtype(1e-6) is np.float64 and cache_dtype(1e-12) is np.float64
     with pytest.raises(ValueError, match="dtype"):
         KernelRowCache(resolve_kernel("linear"), np.eye(3), dtype=np.int32)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("kind", ["linear", "rbf", "poly", "sigmoid", "precomputed"])
+def test_row_cache_dot_is_the_gram_product(X, rng, kind, sparse, dtype):
+    """K @ v from a cache that holds a few rows (read, rounded to its dtype) and computes the
+    others in blocks (two row blocks here), and from a full cache."""
+    spec = resolve_kernel(kind if kind != "precomputed" else "rbf", X, gamma=0.3, degree=3, coef0=0.2)
+    K = kernel_matrix(spec, X)
+    Xin = K if kind == "precomputed" else (sp.csr_matrix(X) if sparse else X)
+    spec = resolve_kernel("precomputed") if kind == "precomputed" else spec
+    v = rng.normal(size=X.shape[0])
+    cache = KernelRowCache(spec, Xin, max_bytes=5 * 8 * X.shape[0], dtype=dtype)
+    for i in (3, 0, 11):
+        cache.row(i)
+    tol = 1e-12 if dtype == np.float64 else 1e-6
+    np.testing.assert_allclose(cache.dot(v, block_bytes=16 * 8 * X.shape[0]), K @ v, rtol=tol,
+                               atol=tol * np.abs(K).max() * np.abs(v).sum())
+    full = KernelRowCache(spec, Xin, max_bytes=2**20, dtype=dtype)
+    full.fill()
+    np.testing.assert_allclose(full.dot(v), K @ v, rtol=tol, atol=tol * np.abs(K).max() * np.abs(v).sum())
+    assert cache.misses == 3 and full.is_full  # dot caches nothing

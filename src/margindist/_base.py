@@ -209,8 +209,6 @@ class BinaryProblem:
 LINEAR_KERNEL = resolve_kernel("linear")
 #: ``kernel_approximation="auto"``: landmarks used when the exact path would not fit its budget.
 AUTO_COMPONENTS = 1000
-#: ``kernel_approximation="auto"`` for a method without ``cache_size``: the m x m Gram budget.
-AUTO_EXACT_BYTES = 2**30
 
 
 def approximation_components(estimator, problem: BinaryProblem) -> int | None:
@@ -218,7 +216,7 @@ def approximation_components(estimator, problem: BinaryProblem) -> int | None:
 
     ``kernel_approximation``: None (exact), an int (that many landmarks, at most the rows), or
     ``"auto"``: exact while the sub-problem's m x m float64 Gram matrix fits the estimator's
-    ``cache_size`` (1 GiB for methods without one), else :data:`AUTO_COMPONENTS` landmarks.
+    ``cache_size``, else :data:`AUTO_COMPONENTS` landmarks.
     The linear kernel is always exact.
     """
     value = getattr(estimator, "kernel_approximation", None)
@@ -230,9 +228,7 @@ def approximation_components(estimator, problem: BinaryProblem) -> int | None:
                          "use kernel_approximation=None.")
     m = problem.X.shape[0]
     if value == "auto":
-        cache = getattr(estimator, "cache_size", None)
-        budget = AUTO_EXACT_BYTES if cache is None else cache * 2**20
-        return None if 8.0 * m * m <= budget else min(AUTO_COMPONENTS, m)
+        return None if 8.0 * m * m <= estimator.cache_size * 2**20 else min(AUTO_COMPONENTS, m)
     return min(int(value), m)
 
 

@@ -489,6 +489,18 @@ def _store_block(slots, B, r0, tile):
                     dst[r0 + a] = B[a, b]
 
 
+@njit(cache=True)
+def _cached_rows_dot(slots, slot_of, rows, v, out):
+    """out[i] = <K[i, :], v> for the cached rows i in ``rows`` (float64 sums whatever the storage)."""
+    m = v.shape[0]
+    for i in rows:
+        row = slots[slot_of[i]]
+        acc = 0.0
+        for j in range(m):
+            acc += row[j] * v[j]
+        out[i] = acc
+
+
 #: The state of a :class:`KernelRowCache` as compiled code receives it. ``slots`` (n_slots, m):
 #: the cached rows (float32 or float64); ``slot_of`` (m,): the slot of each row (-1: not cached);
 #: ``row_of`` (n_slots,): the row in each slot; ``stamp`` (n_slots,): last use of each slot;
@@ -669,6 +681,36 @@ class KernelRowCache:
             for i in range(r0, r1):
                 _claim_slot(state, i)
         return slots
+
+    def dot(self, v, *, block_bytes: int = 32 * 2**20) -> np.ndarray:
+        """K @ v in float64 without caching anything: cached rows are read, the others are
+        computed in blocks of at most ``block_bytes`` (float64) by BLAS products and the
+        compiled transform of :meth:`fill` (dense data), sparse products (CSR) or read from the
+        Gram matrix (precomputed). O(m^2 d) for the rows not cached."""
+        st = self.state
+        v = np.ascontiguousarray(v, dtype=np.float64)
+        m = v.shape[0]
+        out = np.empty(m)
+        cached = st.slot_of >= 0
+        _cached_rows_dot(st.slots, st.slot_of, np.flatnonzero(cached), v, out)
+        rest = np.flatnonzero(~cached)
+        if rest.size == 0:
+            return out
+        if st.kind == KIND_PRECOMPUTED:
+            out[rest] = st.X[rest] @ v
+            return out
+        dense = st.X.shape[0] > 0
+        if not dense:
+            r = st.rows
+            Xc = sp.csr_matrix((r.data, r.indices, r.indptr), shape=(m, r.n_features))
+        step = int(max(16, min(rest.size, block_bytes // (8 * m))))
+        for a in range(0, rest.size, step):
+            idx = rest[a : a + step]
+            B = st.X[:, idx].T @ st.X if dense else (Xc[idx] @ Xc.T).toarray()
+            B = np.ascontiguousarray(B, dtype=np.float64)
+            _transform_block(st.kind, st.params, B, st.sq_norms[idx], st.sq_norms, st.work[1])
+            out[idx] = B @ v
+        return out
 
     def matrix(self) -> np.ndarray | None:
         """The (m, m) Gram matrix when every row is cached (the storage itself after

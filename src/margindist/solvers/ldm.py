@@ -22,7 +22,9 @@ Dual (paper Eq. 12), c = 4 lambda1 / S^2, shift = (lambda2 / S) s:
   G E^{-1} = D^{-1/2} W D^{-1/2} for E = I + c S D G, and the rank-one part - c q q^T G
   (q = y * s) follows by Sherman-Morrison with the cancellation-free denominator
   q~^T T^{-1} q~ / S (q~ = y * sqrt(s)). Set-up O(m^3) time, two m x m matrices of memory.
-  alpha = A^{-1} Y (beta + shift), f(x) = sum_j alpha_j (k(x_j, x) + B^2).
+  alpha = A^{-1} Y (beta + shift), f(x) = sum_j alpha_j (k(x_j, x) + B^2). The same model
+  without the set-up: :mod:`margindist.solvers.ldm_bcd` (an augmented dual by block
+  coordinate descent, kernel rows from a cache).
 * Linear: Q_lin = I + c (S Xh^T D Xh - g g^T), g = Xh^T (y * s); M = I + c S Xh^T D Xh is
   factored once (Cholesky, R R^T = M; shared by the sub-problems of one-vs-rest, which differ
   only in y), and the rank-one downdate is applied by Sherman-Morrison on the factor:
@@ -256,6 +258,24 @@ class LDMLinearResult(UnpackableResult):
 _GREEDY_AFTER = 20
 
 
+def hinge_dcd(y, s, C, kw, beta0, max_iter, *, u0, random_state, warn=True):
+    """The hinge block of the kernel LDM duals, min 1/2 b^T Q b + (u0 - e)^T b over
+    0 <= b <= C s, by :func:`~margindist.solvers.dcd.dcd_kernel` (Q and the row source in
+    ``kw``, with y): up to ``_GREEDY_AFTER`` random-order epochs, then greedy steps when those
+    have not converged (see :func:`ldm_dcd_kernel`). ``warn``: a ConvergenceWarning at
+    ``max_iter``. Returns (DCDResult, epochs)."""
+    label = "LDM" if warn else None
+    first = min(max_iter, _GREEDY_AFTER)
+    res = dcd_kernel(y, 0.0, -1.0, C * s, a0=beta0, max_iter=first, u0=u0, random_state=random_state,
+                     warn_label=label if first == max_iter else None, **kw)
+    n_iter = res.n_iter
+    if not res.converged and max_iter > first:
+        res = dcd_kernel(y, 0.0, -1.0, C * s, a0=res.a, max_iter=max_iter - first, u0=u0,
+                         random_state=random_state, warn_label=label, selection="greedy", **kw)
+        n_iter += res.n_iter
+    return res, n_iter
+
+
 def ldm_dcd_kernel(G, y, sample_weight, lambda1, lambda2, C, *, tol=1e-3, max_iter=1000, beta0=None,
                    shrinking=True, random_state=None, overwrite=False, base=None):
     """Kernel LDM: set up H (O(m^3)), coordinate descent over beta, alpha from one solve.
@@ -279,17 +299,9 @@ def ldm_dcd_kernel(G, y, sample_weight, lambda1, lambda2, C, *, tol=1e-3, max_it
     else:
         system = base.system(y)
     shift = (lambda2 / system.S) * s
-    u0 = system.H @ shift
-    kw = {"n_var": s.shape[0], "gram": system.H, "bias": 0.0, "u0": u0, "tol": tol, "shrinking": shrinking,
-          "random_state": random_state}
-    first = min(max_iter, _GREEDY_AFTER)
-    res = dcd_kernel(np.ones_like(s), 0.0, -1.0, C * s, a0=beta0, max_iter=first,
-                     warn_label="LDM" if first == max_iter else None, **kw)
-    n_iter = res.n_iter
-    if not res.converged and max_iter > first:
-        res = dcd_kernel(np.ones_like(s), 0.0, -1.0, C * s, a0=res.a, max_iter=max_iter - first,
-                         warn_label="LDM", selection="greedy", **kw)
-        n_iter += res.n_iter
+    kw = {"n_var": s.shape[0], "gram": system.H, "bias": 0.0, "tol": tol, "shrinking": shrinking}
+    res, n_iter = hinge_dcd(np.ones_like(s), s, C, kw, beta0, max_iter, u0=system.H @ shift,
+                            random_state=random_state)
     beta = res.a
     dual = float(beta.sum() - 0.5 * (beta + shift) @ res.u)
     return LDMKernelResult(alpha=system.alpha(beta, lambda2), beta=beta, dual=dual, n_iter=n_iter,
