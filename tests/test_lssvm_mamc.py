@@ -110,6 +110,30 @@ def test_nystroem_preconditioner_and_block_pcg():
     assert not ok and it == 2
 
 
+def test_auto_kernel_solver_gives_way_to_cholesky_when_cg_would_be_slow():
+    """solver="auto": at a small C conjugate gradients finish; at a large C their rate predicts
+    more iterations than the budget after a few, and the Cholesky solve takes over. Both give
+    the Cholesky model."""
+    from margindist.kernels import resolve_kernel
+    from margindist.solvers import lssvm as ls
+
+    rng = np.random.default_rng(6)
+    m = 600
+    X = rng.normal(size=(m, 4))
+    y = np.where(X[:, 0] + 0.5 * rng.normal(size=m) > 0, 1.0, -1.0)
+    spec = resolve_kernel("rbf", X, gamma=0.5)
+    s = np.ones(m)
+    budget = max(m / ls.AUTO_CG_RATIO, 2 * ls._GIVE_UP_AFTER)
+    for C, gives_way in ((0.01, False), (1e4, True)):
+        ref = ls.lssvm_kernel(spec, X, y, s, C, solver="cholesky")
+        cg = ls.lssvm_kernel(spec, X, y, s, C, solver="cg")
+        auto = ls.lssvm_kernel(spec, X, y, s, C, solver="auto")
+        assert (cg.n_iter > budget) == gives_way
+        assert auto.converged and (auto.n_iter < cg.n_iter) == gives_way
+        np.testing.assert_allclose(auto.coef, ref.coef, rtol=1e-6, atol=1e-8 * np.abs(ref.coef).max())
+        assert auto.b == pytest.approx(ref.b, rel=1e-6, abs=1e-9)
+
+
 def test_mamc_linear_closed_form(heart):
     X, y = heart
     pos = y == np.unique(y)[1]

@@ -21,8 +21,10 @@ from .._params import (
 from ..kernels import kernel_matrix
 from ..solvers.lssvm import lssvm_kernel, lssvm_linear
 
-#: "auto" switches from direct factorisations to conjugate gradients above these sizes.
+#: "auto" switches from direct factorisations to conjugate gradients above these sizes (kernel:
+#: between the two sample counts, CG that falls back on Cholesky when it would be slower).
 _MAX_DIRECT_FEATURES = 2000
+_MIN_CG_SAMPLES = 2000
 _MAX_DIRECT_SAMPLES = 5000
 
 
@@ -68,7 +70,10 @@ class LSSVM(BaseMarginClassifier):
         How ``kernel_approximation`` draws its landmarks (with ``random_state``): uniformly,
         or by k-means++ seeding in the input space, weighted by the sample weights.
     solver : {"auto", "cholesky", "cg"}, default="auto"
-        "auto": Cholesky for up to 2000 features (linear) / 5000 samples (kernel), else CG.
+        "auto": linear, Cholesky for up to 2000 features, else CG; kernel, Cholesky for up
+        to 2000 samples, CG above 5000, and in between CG that gives way to Cholesky as soon
+        as its rate of convergence predicts more than m / 140 iterations (the break-even on
+        one core; large C): 5000 rows of magic at C = 1 in 0.78 s instead of 1.4-2.5 s.
     tol : float, default=1e-10
         Relative residual for CG.
     max_iter : int, default=None
@@ -191,13 +196,13 @@ class LSSVM(BaseMarginClassifier):
             return BinaryModel(coef=w, intercept=b, n_iter=n_iter)
         solver = self.solver
         if solver == "auto":
-            solver = "cholesky" if m <= _MAX_DIRECT_SAMPLES else "cg"
+            solver = "cholesky" if m <= _MIN_CG_SAMPLES else "auto" if m <= _MAX_DIRECT_SAMPLES else "cg"
         log.info("LSSVM kernel=%s, %s, m=%d", kernel.kind, solver, m)
         budget = int(self.cache_size * 2**20)
         gram = None
-        if self._shares_set_up() and kernel.kind != "precomputed" and (solver == "cholesky" or 8 * m * m <= budget):
+        if self._shares_set_up() and kernel.kind != "precomputed" and (solver != "cg" or 8 * m * m <= budget):
             # grid points on one fold (values of C) share the kernel matrix
             gram = self._fit_shared("gram", kernel, lambda: kernel_matrix(kernel, X), X)
         res = lssvm_kernel(kernel, X, y, sample_weight, self.C, solver=solver, tol=self.tol,
-                           max_iter=self.max_iter, max_bytes=budget, gram=gram)
+                           max_iter=self.max_iter, max_bytes=budget, gram=gram, log=log)
         return BinaryModel(dual_coef=res.coef, intercept=res.b, n_iter=res.n_iter, norm_sq=res.norm_sq)
