@@ -118,6 +118,18 @@ def test_estimator_bcd_and_dcd_agree_and_auto_is_bcd_on_scaled_data():
     assert LDM(kernel="rbf")._resolve_solver(X, resolve_kernel("rbf", X)) == "bcd"
 
 
+def test_auto_factorises_for_the_grid_points_of_a_search_on_small_data(monkeypatch):
+    """Inside a grid search on a few hundred rows, the factorised path's set-up is shared by the
+    grid points of one lambda1: auto picks it there, and block coordinate descent alone."""
+    X, y = _scaled("australian")
+    spec = resolve_kernel("rbf", X)
+    est = LDM(kernel="rbf")
+    monkeypatch.setattr(LDM, "_shares_set_up", lambda self, X=None: True)
+    assert est._resolve_solver(X, spec) == "dcd"
+    big = np.repeat(X, 4, axis=0)  # 2760 rows: past the shared-set-up limit
+    assert est._resolve_solver(big, spec) == "bcd"
+
+
 def test_auto_factorises_when_the_variance_term_dominates():
     """Unscaled features and a linear-type kernel: k(x, x) ~ 1e9, so the variance term
     outweighs the regulariser by far and block coordinate descent would creep: auto picks the

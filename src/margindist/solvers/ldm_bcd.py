@@ -75,7 +75,8 @@ def _centre(z, s, S):
 def _gamma_block(margins, z, gamma, s, S, Dg, pdiag, tol):
     """Minimise J over gamma from ``gamma`` at margins z (of the current w) by preconditioned
     CG on (P + D) dx = -g, g = D gamma - (z - zbar); returns (gamma, z, iterations), z the
-    margins after the step."""
+    margins after the step. Written out (not scipy's ``cg``) because the margins of each search
+    direction, which its product computes anyway, also update z: no product after the solve."""
     r = _centre(z, s, S) - Dg * gamma  # -g
     if np.max(np.abs(r)) <= tol:
         return gamma, z, 0
