@@ -14,7 +14,7 @@ from sklearn.multiclass import OneVsOneClassifier, OneVsRestClassifier
 from sklearn.preprocessing import MinMaxScaler
 
 import margindist
-from margindist import LDM, M3SVM, MarginPursuit
+from margindist import KMOMD, LDM, M3SVM, ODM, MarginPursuit
 from margindist._base import BaseMarginClassifier, BinaryModel, BinaryProblem
 from margindist.datasets import load_dataset
 from margindist.metrics import margin_stats
@@ -365,3 +365,12 @@ def test_fits_run_with_one_blas_thread_unless_a_dense_matrix_is_large(blobs, mon
         LSSVM(kernel=kernel).fit(X, y)
         assert set(seen) == {outside}
         assert _blas_threads() == outside  # restored after the fit
+        # kernel paths on cached rows factorise nothing of order m: one thread at any size
+        for est in (ODM(kernel=kernel), KMOMD(kernel=kernel), LDM(kernel=kernel, solver="bcd"),
+                    LSSVM(kernel=kernel, solver="cg")):
+            seen.clear()
+            est.fit(X, y)
+            assert set(seen) == {1}, est
+        seen.clear()
+        LDM(kernel=kernel, solver="dcd").fit(X, y)  # the factorised path keeps the threads
+        assert set(seen) == {outside}

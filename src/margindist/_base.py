@@ -484,8 +484,8 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         else:
             keep, X_fit, y_fit, sw_fit = None, X, y_index, sw
         spec = self._kernel_spec(X_fit, sw_fit)
-        # one BLAS thread unless a dense matrix is large (the order: features, or kernel rows)
-        with blas_single_thread(X_fit.shape[1] if spec is None or spec.is_linear else X_fit.shape[0]):
+        # one BLAS thread unless the fit factorises a large dense matrix
+        with blas_single_thread(self._factorised_order(X_fit, spec)):
             self._shared_data = data
             try:
                 scale_problem = self._warn_scale(X_fit, spec)
@@ -514,6 +514,14 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         self._set_extra([extra])
         self._kernel_fit_ = None
         self.problems_ = [(None, k) for k in range(self.coef_.shape[0])]
+
+    def _factorised_order(self, X, spec) -> int:
+        """The order of the largest dense matrix the fit factorises or multiplies as a square
+        (where BLAS threads pay off; see :func:`~margindist.solvers._threads.blas_single_thread`):
+        the features of a linear model, the rows of a kernel one. Kernel paths that stream
+        rows from a cache and factorise nothing of order m return the number of features
+        (their BLAS products, n x d by d x m blocks, are thin)."""
+        return X.shape[1] if spec is None or spec.is_linear else X.shape[0]
 
     def _warn_scale(self, X, spec):
         """Warn when the features are on an extreme scale for this model; returns the problem.

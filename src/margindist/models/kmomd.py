@@ -304,6 +304,9 @@ class KMOMD(BaseMarginClassifier):
         self.random_state = random_state
         self.verbose = verbose
 
+    def _factorised_order(self, X, spec):
+        return X.shape[1]  # SMO / Newton on cached kernel rows, a preconditioner on few landmarks
+
     def _resolve_solver(self, kernel):
         if self.solver in ("primal", "lbfgs", "newton") and not kernel.is_linear:
             raise ValueError(f"solver={self.solver!r} needs kernel='linear'; got kernel={self.kernel!r}.")

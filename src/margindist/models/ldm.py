@@ -353,6 +353,11 @@ class LDM(BaseMarginClassifier):
             )
         return solver
 
+    def _factorised_order(self, X, spec):
+        if spec is not None and not spec.is_linear and self._resolve_solver(X, spec) == "bcd":
+            return X.shape[1]  # cached kernel rows, no m x m factorisation
+        return super()._factorised_order(X, spec)
+
     def _row_norm_range(self, X, spec):
         """C = 1 with a regularised bias underfits rows of norm below 0.1 (as the hinge SVM does),
         and averaged SGD needs rows of norm at most about 100 for its intercept (a regularised

@@ -182,6 +182,17 @@ class LSSVM(BaseMarginClassifier):
         self.random_state = random_state
         self.verbose = verbose
 
+    def _kernel_solver(self, m):
+        """The kernel solver for m samples ("auto" resolved by size; see ``solver``)."""
+        if self.solver != "auto":
+            return self.solver
+        return "cholesky" if m <= _MIN_CG_SAMPLES else "auto" if m <= _MAX_DIRECT_SAMPLES else "cg"
+
+    def _factorised_order(self, X, spec):
+        if spec is not None and not spec.is_linear and self._kernel_solver(X.shape[0]) == "cg":
+            return X.shape[1]  # kernel products and a preconditioner on at most 500 landmarks
+        return super()._factorised_order(X, spec)
+
     def _fit_binary(self, problem):
         X, y, sample_weight, kernel = problem.X, problem.y, problem.sample_weight, problem.kernel
         log = get_logger(self.verbose)
@@ -194,9 +205,7 @@ class LSSVM(BaseMarginClassifier):
             w, b, n_iter = lssvm_linear(X, y, sample_weight, self.C, solver=solver, tol=self.tol,
                                         max_iter=self.max_iter)
             return BinaryModel(coef=w, intercept=b, n_iter=n_iter)
-        solver = self.solver
-        if solver == "auto":
-            solver = "cholesky" if m <= _MIN_CG_SAMPLES else "auto" if m <= _MAX_DIRECT_SAMPLES else "cg"
+        solver = self._kernel_solver(m)
         log.info("LSSVM kernel=%s, %s, m=%d", kernel.kind, solver, m)
         budget = int(self.cache_size * 2**20)
         gram = None

@@ -274,6 +274,9 @@ class ODM(BaseMarginClassifier):
             return "newton" if m > d else "dcd"
         return solver
 
+    def _factorised_order(self, X, spec):
+        return X.shape[1]  # DCD on cached kernel rows; nothing of order m is factorised
+
     def _shared_setup(self, X, sample_weight, kernel):
         if kernel.is_linear:
             return None

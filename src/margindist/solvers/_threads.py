@@ -29,8 +29,9 @@ def single_blas_thread():
 def blas_single_thread(size: int):
     """Context manager limiting BLAS to one thread when the dense matrices are small.
 
-    ``size`` is the order of the largest dense matrix of the problem (the number of features
-    of a linear model, the number of rows of a kernel one). Up to :data:`BLAS_SINGLE_THREAD_MAX`
+    ``size`` is the order of the largest dense matrix the problem factorises (the number of
+    features of a linear model, the number of rows of a kernel one that factorises its Gram
+    matrix; see ``BaseMarginClassifier._factorised_order``). Up to :data:`BLAS_SINGLE_THREAD_MAX`
     threads cost more than they give: the products of these solvers are thin (n x d by d, or
     d x d), and OpenBLAS threads spin waiting for one another. Measured on a 2-core machine,
     default fits on dense 120k x 100: with two BLAS threads and the second core busy, every
