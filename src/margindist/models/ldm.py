@@ -137,7 +137,7 @@ class LDM(BaseMarginClassifier):
           ``cache_size`` cache, warm-started) and gamma with beta fixed (a well-conditioned
           linear system, conjugate gradients with one kernel product per iteration). The
           same minimiser as ``"dcd"``; a few rounds at the usual lambda1 (5000 rows of magic
-          at the defaults: 0.58 s against 24.4 s in the same run). Large C is slow on either
+          at the defaults: 0.35 s against 24.4 s, SVC 0.23 s). Large C is slow on either
           path (the hinge block's coordinate descent creeps: 15 s at C = 100 there), more so
           when the cache holds fewer rows than there are samples. :mod:`margindist.solvers.ldm_bcd`.
         * ``"dcd"``, kernel: the dual (paper Eq. 12) with H = Y G A^{-1} Y formed in a stable
