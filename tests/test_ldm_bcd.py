@@ -121,9 +121,10 @@ def test_estimator_bcd_and_dcd_agree_and_auto_is_bcd_on_scaled_data():
 def test_auto_factorises_for_the_grid_points_of_a_search_on_small_data(monkeypatch):
     """Inside a grid search on a few hundred rows, the factorised path's set-up is shared by the
     grid points of one lambda1: auto picks it there, and block coordinate descent alone."""
-    X, y = _scaled("australian")
+    X, _ = _scaled("australian")
     spec = resolve_kernel("rbf", X)
     est = LDM(kernel="rbf")
+    assert est._resolve_solver(X, spec) == "bcd"  # alone
     monkeypatch.setattr(LDM, "_shares_set_up", lambda self, X=None: True)
     assert est._resolve_solver(X, spec) == "dcd"
     big = np.repeat(X, 4, axis=0)  # 2760 rows: past the shared-set-up limit
