@@ -374,3 +374,6 @@ def test_fits_run_with_one_blas_thread_unless_a_dense_matrix_is_large(blobs, mon
         seen.clear()
         LDM(kernel=kernel, solver="dcd").fit(X, y)  # the factorised path keeps the threads
         assert set(seen) == {outside}
+        seen.clear()  # a Nyström path factorises on its landmarks only
+        LSSVM(kernel=kernel, kernel_approximation=X.shape[0] // 2).fit(X, y)
+        assert seen and set(seen) == {1}

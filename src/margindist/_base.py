@@ -518,10 +518,14 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
     def _factorised_order(self, X, spec) -> int:
         """The order of the largest dense matrix the fit factorises or multiplies as a square
         (where BLAS threads pay off; see :func:`~margindist.solvers._threads.blas_single_thread`):
-        the features of a linear model, the rows of a kernel one. Kernel paths that stream
-        rows from a cache and factorise nothing of order m return the number of features
-        (their BLAS products, n x d by d x m blocks, are thin)."""
-        return X.shape[1] if spec is None or spec.is_linear else X.shape[0]
+        the features of a linear model, the rows of a kernel one, the landmarks of a Nyström
+        path (``kernel_approximation``). Kernel paths that stream rows from a cache and
+        factorise nothing of order m return the number of features (their BLAS products,
+        n x d by d x m blocks, are thin)."""
+        if spec is None or spec.is_linear:
+            return X.shape[1]
+        n_comp = approximation_components(self, BinaryProblem(X=X, y=None, sample_weight=None, kernel=spec))
+        return X.shape[0] if n_comp is None else n_comp
 
     def _warn_scale(self, X, spec):
         """Warn when the features are on an extreme scale for this model; returns the problem.
