@@ -229,12 +229,12 @@ def test_refit_false_keeps_the_search_only(data, folds):
 
 
 @pytest.mark.parametrize("cls, module, name, grid, params", [
-    (ODMCV, "margindist.models.odm", "KernelRowCache", {"lam": [0.5, 2.0, 8.0]}, {"kernel": "rbf", "gamma": 1.0}),
+    (ODMCV, "margindist._base", "KernelRowCache", {"lam": [0.5, 2.0, 8.0]}, {"kernel": "rbf", "gamma": 1.0}),
     (KMOMDCV, "margindist.solvers.kmomd", "KernelRowCache", {"lam": [0.1, 0.3, 0.6]},
      {"kernel": "rbf", "gamma": 1.0}),
     (LSSVMCV, "margindist.models.lssvm", "kernel_matrix", {"C": [0.5, 2.0, 8.0]}, {"kernel": "rbf", "gamma": 1.0}),
     (LDMCV, "margindist.models.ldm", "LDMKernelBase", {"C": [0.5, 2.0, 8.0]}, {"kernel": "rbf", "gamma": 1.0}),
-    (LDMCV, "margindist.models.ldm", "KernelRowCache", {"C": [0.5, 2.0, 8.0]},
+    (LDMCV, "margindist._base", "KernelRowCache", {"C": [0.5, 2.0, 8.0]},
      {"kernel": "rbf", "gamma": 1.0, "solver": "bcd"}),
 ])
 def test_grid_points_of_a_fold_share_their_kernel_set_up(cls, module, name, grid, params, data, monkeypatch):

@@ -60,7 +60,9 @@ from ._validation import (
     warn_scale_problem,
 )
 from .kernels import (
+    KernelRowCache,
     KernelSpec,
+    cache_dtype,
     kernel_decision,
     kernel_matrix,
     nystroem_map,
@@ -211,22 +213,21 @@ LINEAR_KERNEL = resolve_kernel("linear")
 AUTO_COMPONENTS = 1000
 
 
-def approximation_components(estimator, problem: BinaryProblem) -> int | None:
-    """Landmarks for the Nyström path of this sub-problem, or None for the exact kernel path.
+def approximation_components(estimator, kernel: KernelSpec | None, m: int) -> int | None:
+    """Landmarks for the Nyström path of a (sub-)problem of m rows, or None for the exact
+    kernel path.
 
     ``kernel_approximation``: None (exact), an int (that many landmarks, at most the rows), or
-    ``"auto"``: exact while the sub-problem's m x m float64 Gram matrix fits the estimator's
+    ``"auto"``: exact while the m x m float64 Gram matrix fits the estimator's
     ``cache_size``, else :data:`AUTO_COMPONENTS` landmarks.
     The linear kernel is always exact.
     """
     value = getattr(estimator, "kernel_approximation", None)
-    kernel = problem.kernel
     if value is None or kernel is None or kernel.is_linear:
         return None
     if kernel.kind == "precomputed":
         raise ValueError("kernel_approximation needs the features: it cannot be used with kernel='precomputed'; "
                          "use kernel_approximation=None.")
-    m = problem.X.shape[0]
     if value == "auto":
         return None if 8.0 * m * m <= estimator.cache_size * 2**20 else min(AUTO_COMPONENTS, m)
     return min(int(value), m)
@@ -336,6 +337,23 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         """Per-fit set-up, called once after validation and before any sub-problem (binary or
         native) with the rows to fit; what every sub-problem must share, parallel ones
         included, goes into attributes of ``self``."""
+
+    def _kernel_source(self, X, kernel):
+        """Kernel rows under the estimator's ``cache_size`` budget: all of them, computed up
+        front in BLAS blocks, when the m x m matrix fits, else an LRU cache of rows computed on
+        demand; shared by the sub-problems and grid points on the same rows. Rows are stored in
+        float32 (as LIBSVM's cache) unless ``tol`` < 1e-5, where rounding them would show in
+        the solution."""
+        budget = int(self.cache_size * 2**20)
+        dtype = cache_dtype(self.tol)
+
+        def make():
+            cache = KernelRowCache(kernel, X, max_bytes=budget, dtype=dtype)
+            if cache.n_slots == X.shape[0]:
+                cache.fill()
+            return cache
+
+        return self._fit_shared("kernel rows", (kernel, budget, dtype), make, X)
 
     def _fit_shared(self, kind: str, key, make, X=None):
         """``make()``, or the value it gave in an earlier fit on the same validated data.
@@ -524,7 +542,7 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         n x d by d x m blocks, are thin)."""
         if spec is None or spec.is_linear:
             return X.shape[1]
-        n_comp = approximation_components(self, BinaryProblem(X=X, y=None, sample_weight=None, kernel=spec))
+        n_comp = approximation_components(self, spec, X.shape[0])
         return X.shape[0] if n_comp is None else n_comp
 
     def _warn_scale(self, X, spec):
@@ -670,7 +688,7 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         when no such sub-problem takes the Nyström path."""
         if not any(rows is None for rows, _, _ in problems):
             return None
-        n_comp = approximation_components(self, BinaryProblem(X=X, y=None, sample_weight=sw, kernel=spec))
+        n_comp = approximation_components(self, spec, X.shape[0])
         if n_comp is None:
             return None
         key = (spec, n_comp, getattr(self, "landmarks", "uniform"), seed)
@@ -686,7 +704,7 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         on Nyström features of the sub-problem's rows (``full``, shared, for sub-problems on all
         rows), returned as the kernel expansion over its landmarks (the same objective with K
         replaced by its Nyström approximation)."""
-        n_comp = approximation_components(self, problem)
+        n_comp = approximation_components(self, problem.kernel, problem.X.shape[0])
         if n_comp is None:
             return self._fit_binary(problem)
         X = problem.X

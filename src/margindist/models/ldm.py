@@ -22,7 +22,7 @@ from .._params import (
     RANDOM_STATE,
     VERBOSE,
 )
-from ..kernels import KernelRowCache, cache_dtype, kernel_diag, kernel_matrix
+from ..kernels import kernel_diag, kernel_matrix
 from ..solvers.ldm import (
     ASGDState,
     LDMKernelBase,
@@ -380,20 +380,6 @@ class LDM(BaseMarginClassifier):
             return self._kernel_source(X, kernel)
         log.info("LDM: one kernel set-up shared by the one-vs-rest sub-problems")
         return self._kernel_base(X, sample_weight, kernel)
-
-    def _kernel_source(self, X, kernel):
-        """Kernel rows under the ``cache_size`` budget (all of them, computed in blocks, when
-        they fit), shared by the sub-problems and grid points on the same rows."""
-        budget = int(self.cache_size * 2**20)
-        dtype = cache_dtype(self.tol)
-
-        def make():
-            cache = KernelRowCache(kernel, X, max_bytes=budget, dtype=dtype)
-            if cache.n_slots == X.shape[0]:
-                cache.fill()
-            return cache
-
-        return self._fit_shared("kernel rows", (kernel, budget, dtype), make, X)
 
     def _kernel_base(self, X, sample_weight, kernel):
         """The label-independent kernel set-up (O(m^3)); grid points with the same kernel and

@@ -20,7 +20,6 @@ from .._params import (
     RANDOM_STATE,
     VERBOSE,
 )
-from ..kernels import KernelRowCache, cache_dtype
 from ..solvers.odm import odm_dcd_kernel, odm_dcd_linear, odm_newton, odm_svrg
 
 
@@ -281,21 +280,6 @@ class ODM(BaseMarginClassifier):
         if kernel.is_linear:
             return None
         return self._kernel_source(X, kernel)
-
-    def _kernel_source(self, X, kernel):
-        """Kernel rows under the ``cache_size`` budget: all of them, computed up front in BLAS
-        blocks, when the m x m matrix fits, else an LRU cache of rows computed on demand. Rows are
-        stored in float32 (as LIBSVM's cache) unless ``tol`` < 1e-5, where rounding them would
-        show in the solution."""
-        budget = int(self.cache_size * 2**20)
-
-        def make():
-            cache = KernelRowCache(kernel, X, max_bytes=budget, dtype=cache_dtype(self.tol))
-            if cache.n_slots == X.shape[0]:
-                cache.fill()
-            return cache
-
-        return self._fit_shared("kernel rows", (kernel, budget, cache_dtype(self.tol)), make, X)
 
     def _fit_binary(self, problem):
         X, y, sample_weight, kernel = problem.X, problem.y, problem.sample_weight, problem.kernel
