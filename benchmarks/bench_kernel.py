@@ -140,8 +140,9 @@ def run_magic(args, methods, out):
             make = ESTIMATORS[name]
             if m <= args.exact_max or name not in CUBIC:
                 row(out, "magic", m, name, "exact, defaults", measure(make, data, args.repeats), peer)
-            row(out, "magic", m, name, f"nystroem {args.landmarks}, defaults",
-                measure(functools.partial(make, kernel_approximation=args.landmarks), data, args.repeats), peer)
+            if args.landmarks:
+                row(out, "magic", m, name, f"nystroem {args.landmarks}, defaults",
+                    measure(functools.partial(make, kernel_approximation=args.landmarks), data, args.repeats), peer)
             if args.cv:
                 best = cv_params(name, data)
                 path = "exact" if m <= args.exact_max or name not in CUBIC else f"nystroem {args.landmarks}"
@@ -181,7 +182,7 @@ def main(argv=None):
     ap.add_argument("--sizes", nargs="*", type=int, default=[2000, 5000, 14000])
     ap.add_argument("--scale-sizes", nargs="*", type=int, default=[50000, 200000, 1000000])
     ap.add_argument("--methods", nargs="*", default=list(ESTIMATORS), choices=list(ESTIMATORS))
-    ap.add_argument("--landmarks", type=int, default=1000)
+    ap.add_argument("--landmarks", type=int, default=1000, help="Nyström landmarks of the approximate rows (0: no such rows)")
     ap.add_argument("--exact-max", type=int, default=5000, help="largest m for the O(m^3) exact paths")
     ap.add_argument("--svc-max", type=int, default=50000)
     ap.add_argument("--repeats", type=int, default=1)

@@ -947,3 +947,24 @@ def test_auto_is_the_paper_iteration_elsewhere(data, params):
     assert still_improving(fixed.history_["bound"]) == (data == "australian")  # creeping or not
     np.testing.assert_array_equal(auto.decision_function(X), fixed.decision_function(X))
     assert auto.n_iter_ == fixed.n_iter_
+
+
+def test_raw_features_on_a_large_scale_warn_and_standardised_do_not():
+    # australian's raw columns (one reaches 1e5; rows of root-mean-square norm ~6000): the
+    # constant-1 intercept feature is far too small beside them and the model underfits; the
+    # warning names the scale, and the same rows standardised fit as well as LinearSVC
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import LinearSVC
+
+    from margindist.datasets import load_dataset
+    from margindist.exceptions import FeatureScaleWarning
+
+    X, y = load_dataset("australian")
+    with pytest.warns(FeatureScaleWarning, match="root-mean-square norm"):
+        raw = MSVMAv().fit(X, y)
+    Xs = StandardScaler().fit_transform(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FeatureScaleWarning)
+        std = MSVMAv().fit(Xs, y)
+    peer = LinearSVC().fit(Xs, y).score(Xs, y)
+    assert std.score(Xs, y) >= peer - 0.01 > raw.score(X, y)
