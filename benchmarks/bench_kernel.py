@@ -19,8 +19,11 @@ Two parts (``--part``):
 Times are medians of ``--repeats`` fits (1 by default), after one warm-up fit of each path on
 500 rows (numba compilation is not timed); peak memory is the resident-set high-water
 mark of one fit above the memory held before it (Linux). Ratios are ours / SVC in the same run.
+``--device cpu|cuda`` repeats each default row of the magic part with the estimator's
+``device`` set (its kernel blocks through PyTorch on that device), beside the NumPy row.
 
     python benchmarks/bench_kernel.py --part magic --sizes 2000 5000
+    python benchmarks/bench_kernel.py --part magic --sizes 5000 14000 --device cuda   # NumPy and GPU rows
     python benchmarks/bench_kernel.py --part scale --scale-sizes 50000 200000 1000000 --methods ODM LDM
 """
 
@@ -138,11 +141,14 @@ def run_magic(args, methods, out):
         row(out, "magic", m, "SVC", "libsvm", peer, None)
         for name in methods:
             make = ESTIMATORS[name]
-            if m <= args.exact_max or name not in CUBIC:
-                row(out, "magic", m, name, "exact, defaults", measure(make, data, args.repeats), peer)
-            if args.landmarks:
-                row(out, "magic", m, name, f"nystroem {args.landmarks}, defaults",
-                    measure(functools.partial(make, kernel_approximation=args.landmarks), data, args.repeats), peer)
+            for device in [None] + ([args.device] if args.device else []):
+                on = functools.partial(make, device=device)
+                at = "" if device is None else f", {device}"
+                if m <= args.exact_max or name not in CUBIC:
+                    row(out, "magic", m, name, f"exact, defaults{at}", measure(on, data, args.repeats), peer)
+                if args.landmarks:
+                    row(out, "magic", m, name, f"nystroem {args.landmarks}, defaults{at}",
+                        measure(functools.partial(on, kernel_approximation=args.landmarks), data, args.repeats), peer)
             if args.cv:
                 best = cv_params(name, data)
                 path = "exact" if m <= args.exact_max or name not in CUBIC else f"nystroem {args.landmarks}"
@@ -187,13 +193,16 @@ def main(argv=None):
     ap.add_argument("--svc-max", type=int, default=50000)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--cv", action="store_true", help="also at the *CV-chosen parameters")
+    ap.add_argument("--device", default=None, choices=["cpu", "cuda"],
+                    help="magic part: each default row again with the kernel blocks through PyTorch on this device")
     ap.add_argument("--out", type=Path, default=None, help=f"write a Markdown table (e.g. {RESULTS})")
     args = ap.parse_args(argv)
     out = []
     warm = magic(500)  # compile / load the numba caches outside the timings
     for name in args.methods:
-        measure(ESTIMATORS[name], warm, 1)
-        measure(functools.partial(ESTIMATORS[name], kernel_approximation=100), warm, 1)
+        for device in {None, args.device}:
+            measure(functools.partial(ESTIMATORS[name], device=device), warm, 1)
+            measure(functools.partial(ESTIMATORS[name], kernel_approximation=100, device=device), warm, 1)
     if "magic" in args.part:
         run_magic(args, args.methods, out)
     if "scale" in args.part:

@@ -233,6 +233,26 @@ def approximation_components(estimator, kernel: KernelSpec | None, m: int) -> in
     return min(int(value), m)
 
 
+def kernel_device(device, name: str) -> str | None:
+    """The PyTorch device of an estimator's ``device`` parameter for its kernel blocks, or None
+    for NumPy: "auto" is the GPU when torch sees one (else None); "cuda" without one runs on the
+    CPU with a warning (:func:`margindist.torch.resolve_device`)."""
+    if device is None:
+        return None
+    try:
+        from .torch import resolve_device
+    except ImportError:
+        if device == "auto":
+            return None
+        raise ImportError(f"{name}(device={device!r}) computes its kernel blocks through PyTorch, which is not "
+                          "installed: pip install 'margindist[torch]', or use device=None.") from None
+    import torch
+
+    if device == "auto" and not torch.cuda.is_available():
+        return None
+    return str(resolve_device(device))
+
+
 def combined_sample_weight(sample_weight, class_weight, X, y, classes) -> np.ndarray:
     """sample_weight (default ones) times the class weights of ``class_weight``.
 
@@ -387,7 +407,7 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         """Resolve ``self.kernel`` on the training data; None for linear-only methods."""
         if not hasattr(self, "kernel"):
             return None
-        return resolve_kernel(
+        spec = resolve_kernel(
             self.kernel,
             X,
             sample_weight=sample_weight,
@@ -396,6 +416,8 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
             coef0=getattr(self, "coef0", 0.0),
             kernel_params=getattr(self, "kernel_params", None),
         )
+        device = kernel_device(getattr(self, "device", None), type(self).__name__)
+        return spec if device is None else replace(spec, device=device)
 
     def _accepts_sparse(self) -> bool:
         return getattr(self, "kernel", None) != "precomputed"

@@ -20,6 +20,8 @@ CACHE_SIZE = [Interval(Real, 0, None, closed="neither")]
 #: None (exact kernel), a number of Nyström landmarks, or "auto" (see ``_base.approximation_components``).
 KERNEL_APPROXIMATION = [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"}), None]
 LANDMARKS = [StrOptions({"uniform", "kmeans++"})]
+#: Where kernel blocks are computed (None: NumPy; else a PyTorch device, see ``_base.kernel_device``).
+DEVICE = [StrOptions({"auto", "cpu", "cuda"}), None]
 
 #: The kernel-related constraints, for estimators that take a kernel.
 KERNEL_PARAMS = {
@@ -27,6 +29,7 @@ KERNEL_PARAMS = {
     "gamma": GAMMA,
     "degree": DEGREE,
     "coef0": COEF0,
+    "device": DEVICE,
 }
 
 #: class_weight, multi_class, n_jobs: every binary-native estimator takes them.

@@ -59,6 +59,10 @@ class KernelSpec:
         The user's kernel function when ``kind == "callable"``.
     params : dict
         Extra keyword arguments passed to ``func``.
+    device : str or None
+        A PyTorch device ("cpu", "cuda", "cuda:1", ...) that computes the Gram blocks of the
+        built-in kernels (:func:`margindist.torch._kernels.kernel_products`); None: NumPy and
+        numba. Rows the cache computes one at a time stay on the CPU either way.
     """
 
     kind: str
@@ -67,6 +71,7 @@ class KernelSpec:
     coef0: float = 0.0
     func: Callable | None = None
     params: dict = field(default_factory=dict)
+    device: str | None = None
 
     @property
     def is_linear(self) -> bool:
@@ -149,7 +154,23 @@ def resolve_kernel(kernel="rbf", X=None, *, gamma="scale", degree=3, coef0=0.0, 
     return KernelSpec(kernel, gamma=float(g), degree=int(degree), coef0=float(coef0))
 
 
+def _device_products(spec: KernelSpec):
+    """The device path's :func:`~margindist.torch._kernels.kernel_products` when ``spec`` names
+    a device and a built-in kernel, else None (the NumPy path). A model fitted on a device
+    predicts through NumPy where PyTorch is not installed (the same numbers)."""
+    if spec.device is None or spec.kind in ("precomputed", "callable"):
+        return None
+    try:
+        from .torch._kernels import kernel_products
+    except ImportError:
+        return None
+    return kernel_products
+
+
 def _kernel_block(spec: KernelSpec, X, Z) -> np.ndarray:
+    on_device = _device_products(spec)
+    if on_device is not None:
+        return on_device(spec, X, Z, max_bytes=DEFAULT_BLOCK_BYTES)
     if spec.kind == "precomputed":
         raise ValueError("A precomputed kernel has no block to evaluate: pass the Gram matrix.")
     if spec.kind == "callable":
@@ -179,6 +200,9 @@ def kernel_matrix(spec: KernelSpec, X, Z=None, *, max_bytes: int = DEFAULT_BLOCK
     """
     Z = X if Z is None else Z
     n, m = X.shape[0], Z.shape[0]
+    on_device = _device_products(spec)
+    if on_device is not None:
+        return on_device(spec, X, Z, max_bytes=max_bytes)
     out = np.empty((n, m), dtype=np.float64)
     step = _chunk_rows(n, m, max_bytes)
     for start in range(0, n, step):
@@ -191,6 +215,9 @@ def kernel_matrix(spec: KernelSpec, X, Z=None, *, max_bytes: int = DEFAULT_BLOCK
 def kernel_decision(spec: KernelSpec, X, Z, coef, *, max_bytes: int = DEFAULT_BLOCK_BYTES) -> np.ndarray:
     """``K(X, Z) @ coef`` for coef of shape (n_Z,) or (n_Z, k), one bounded chunk at a time."""
     coef = np.asarray(coef, dtype=np.float64)
+    on_device = _device_products(spec)
+    if on_device is not None:
+        return on_device(spec, X, Z, coef, max_bytes=max_bytes)
     n, m = X.shape[0], Z.shape[0]
     out = np.empty((n,) + coef.shape[1:], dtype=np.float64)
     step = _chunk_rows(n, m, max_bytes)
@@ -246,8 +273,9 @@ class NystroemMap:
         k = self.landmarks.size
         out = np.empty((X.shape[0], k), dtype=np.float32 if X.dtype == np.float32 else np.float64)
         step = _chunk_rows(X.shape[0], k, max_bytes)
-        for start in range(0, X.shape[0], step):
-            out[start : start + step] = kernel_matrix(spec, X[start : start + step], L) @ self.normalization
+        for start in range(0, X.shape[0], step):  # (the product with N on the device, if any)
+            out[start : start + step] = kernel_decision(spec, X[start : start + step], L, self.normalization,
+                                                        max_bytes=max_bytes)
         return out
 
     def dual_coef(self, coef, n_rows: int) -> np.ndarray:
@@ -667,20 +695,33 @@ class KernelRowCache:
         if self.n_slots < m:
             raise ValueError(f"fill() needs room for all {m} rows; the budget holds {self.n_slots}.")
         XT = state.X
-        if kind == KIND_PRECOMPUTED or XT.shape[0] == 0:
+        on_device = None if kind == KIND_PRECOMPUTED else _device_products(self.spec)
+        if on_device is None and (kind == KIND_PRECOMPUTED or XT.shape[0] == 0):
             _fill_rows(state, 0, m)
             return slots
-        X = XT.T  # (m, d) view, Fortran order: BLAS reads it transposed, no copy
+        X = self._data()
         sqn = state.sq_norms
         step = int(max(16, min(m, block_bytes // (8 * m))))
         for r0 in range(0, m, step):
             r1 = min(r0 + step, m)
-            B = np.ascontiguousarray(X[r0:r1] @ XT[:, r0:])  # rows r0..r1-1, columns r0..m-1
-            _transform_block(kind, state.params, B, sqn[r0:r1], sqn[r0:], state.work[1])
+            if on_device is not None:  # rows r0..r1-1, columns r0..m-1, kernel values from the device
+                B = on_device(self.spec, X[r0:r1], X[r0:], max_bytes=block_bytes)
+            else:  # X is XT's (m, d) view, Fortran order: BLAS reads it transposed, no copy
+                B = np.ascontiguousarray(X[r0:r1] @ XT[:, r0:])
+                _transform_block(kind, state.params, B, sqn[r0:r1], sqn[r0:], state.work[1])
             _store_block(slots, B, r0, 128)
             for i in range(r0, r1):
                 _claim_slot(state, i)
         return slots
+
+    def _data(self):
+        """The training rows as given to the cache: a (m, d) view of the dense rows (Fortran
+        order), or the CSR matrix over the compiled rows' arrays (no copy)."""
+        st = self.state
+        if st.X.shape[0] > 0:
+            return st.X.T
+        r = st.rows
+        return sp.csr_matrix((r.data, r.indices, r.indptr), shape=(st.slot_of.shape[0], r.n_features))
 
     def dot(self, v, *, block_bytes: int = 32 * 2**20) -> np.ndarray:
         """K @ v in float64 without caching anything: cached rows are read, the others are
@@ -699,14 +740,16 @@ class KernelRowCache:
         if st.kind == KIND_PRECOMPUTED:
             out[rest] = st.X[rest] @ v
             return out
+        X = self._data()
+        on_device = _device_products(self.spec)
+        if on_device is not None:
+            out[rest] = on_device(self.spec, X[rest], X, v, max_bytes=block_bytes)
+            return out
         dense = st.X.shape[0] > 0
-        if not dense:
-            r = st.rows
-            Xc = sp.csr_matrix((r.data, r.indices, r.indptr), shape=(m, r.n_features))
         step = int(max(16, min(rest.size, block_bytes // (8 * m))))
         for a in range(0, rest.size, step):
             idx = rest[a : a + step]
-            B = st.X[:, idx].T @ st.X if dense else (Xc[idx] @ Xc.T).toarray()
+            B = st.X[:, idx].T @ st.X if dense else (X[idx] @ X.T).toarray()
             B = np.ascontiguousarray(B, dtype=np.float64)
             _transform_block(st.kind, st.params, B, st.sq_norms[idx], st.sq_norms, st.work[1])
             out[idx] = B @ v

@@ -168,6 +168,10 @@ class KMOMD(BaseMarginClassifier):
         Only used by ``kernel_approximation`` (the landmark draw).
     verbose : int, default=0
         Log solver choices and convergence through the ``margindist`` logger.
+    device : {"auto", "cpu", "cuda"} or None, default=None
+        Computes the kernel blocks through PyTorch on this device ("auto": the GPU when torch
+        sees one, else NumPy); None: NumPy and numba. The same model to float64 rounding, with
+        NumPy fitted state. See "Kernels on a GPU" on the hyperparameters page.
 
     Attributes
     ----------
@@ -285,7 +289,7 @@ class KMOMD(BaseMarginClassifier):
 
     def __init__(self, lam=0.1, kernel="rbf", gamma="scale", degree=3, coef0=0.0, kernel_approximation=None,
                  landmarks="uniform", solver="auto", tol=1e-3, max_iter=None, cache_size=200, warm_start=False,
-                 class_weight=None, multi_class="ovo", n_jobs=None, random_state=None, verbose=0):
+                 class_weight=None, multi_class="ovo", n_jobs=None, random_state=None, verbose=0, device=None):
         self.lam = lam
         self.kernel = kernel
         self.gamma = gamma
@@ -303,6 +307,7 @@ class KMOMD(BaseMarginClassifier):
         self.n_jobs = n_jobs
         self.random_state = random_state
         self.verbose = verbose
+        self.device = device
 
     def _factorised_order(self, X, spec):
         return X.shape[1]  # SMO / Newton on cached kernel rows, a preconditioner on few landmarks

@@ -207,6 +207,10 @@ class LDM(BaseMarginClassifier):
         Coordinate order (dcd); sample order, pairs and the step trial (asgd).
     verbose : int, default=0
         Log solver progress through the ``margindist`` logger (never prints).
+    device : {"auto", "cpu", "cuda"} or None, default=None
+        Computes the kernel blocks through PyTorch on this device ("auto": the GPU when torch
+        sees one, else NumPy); None: NumPy and numba. The same model to float64 rounding, with
+        NumPy fitted state. See "Kernels on a GPU" on the hyperparameters page.
 
     Attributes
     ----------
@@ -301,7 +305,7 @@ class LDM(BaseMarginClassifier):
     def __init__(self, lambda1=2**-5, lambda2=2**-5, C=1.0, kernel="linear", gamma="scale", degree=3,
                  coef0=0.0, kernel_approximation=None, landmarks="uniform", solver="auto", tol=1e-2,
                  max_iter=None, fit_intercept=True, cache_size=200, warm_start=False, class_weight=None, multi_class="ovo", n_jobs=None, random_state=None,
-                 verbose=0):
+                 verbose=0, device=None):
         self.lambda1 = lambda1
         self.lambda2 = lambda2
         self.C = C
@@ -322,6 +326,7 @@ class LDM(BaseMarginClassifier):
         self.n_jobs = n_jobs
         self.random_state = random_state
         self.verbose = verbose
+        self.device = device
 
     # ------------------------------------------------------------------ solver choice
     def _resolve_solver(self, X, kernel):

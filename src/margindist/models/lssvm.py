@@ -93,6 +93,10 @@ class LSSVM(BaseMarginClassifier):
         Only used by ``kernel_approximation`` (the landmark draw).
     verbose : int, default=0
         Log solver choices through the ``margindist`` logger.
+    device : {"auto", "cpu", "cuda"} or None, default=None
+        Computes the kernel blocks through PyTorch on this device ("auto": the GPU when torch
+        sees one, else NumPy); None: NumPy and numba. The same model to float64 rounding, with
+        NumPy fitted state. See "Kernels on a GPU" on the hyperparameters page.
 
     Attributes
     ----------
@@ -164,7 +168,7 @@ class LSSVM(BaseMarginClassifier):
 
     def __init__(self, C=1.0, kernel="linear", gamma="scale", degree=3, coef0=0.0, kernel_approximation=None,
                  landmarks="uniform", solver="auto", tol=1e-10, max_iter=None, cache_size=200, class_weight=None, multi_class="ovo",
-                 n_jobs=None, random_state=None, verbose=0):
+                 n_jobs=None, random_state=None, verbose=0, device=None):
         self.C = C
         self.kernel = kernel
         self.gamma = gamma
@@ -181,6 +185,7 @@ class LSSVM(BaseMarginClassifier):
         self.n_jobs = n_jobs
         self.random_state = random_state
         self.verbose = verbose
+        self.device = device
 
     def _kernel_solver(self, m):
         """The kernel solver for m samples ("auto" resolved by size; see ``solver``)."""

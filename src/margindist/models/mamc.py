@@ -53,6 +53,10 @@ class MAMC(BaseMarginClassifier):
         one-vs-one); see the "Defaults" table of the hyperparameters page.
     n_jobs : int, default=None
         Parallel sub-problems (joblib) for more than two classes.
+    device : {"auto", "cpu", "cuda"} or None, default=None
+        Computes the kernel blocks through PyTorch on this device ("auto": the GPU when torch
+        sees one, else NumPy); None: NumPy and numba. The same model to float64 rounding, with
+        NumPy fitted state. See "Kernels on a GPU" on the hyperparameters page.
 
     Attributes
     ----------
@@ -122,7 +126,7 @@ class MAMC(BaseMarginClassifier):
     }
 
     def __init__(self, bias="midpoint", kernel="linear", gamma="scale", degree=3, coef0=0.0,
-                 class_weight=None, multi_class="ovo", n_jobs=None):
+                 class_weight=None, multi_class="ovo", n_jobs=None, device=None):
         self.bias = bias
         self.kernel = kernel
         self.gamma = gamma
@@ -131,6 +135,7 @@ class MAMC(BaseMarginClassifier):
         self.class_weight = class_weight
         self.multi_class = multi_class
         self.n_jobs = n_jobs
+        self.device = device
 
     def _fit_binary(self, problem):
         X, y, sample_weight, kernel = problem.X, problem.y, problem.sample_weight, problem.kernel

@@ -248,6 +248,10 @@ class MSVMAv(BaseMarginClassifier):
         Only used by ``kernel_approximation``.
     verbose : int, default=0
         Log solver progress through the ``margindist`` logger (never prints).
+    device : {"auto", "cpu", "cuda"} or None, default=None
+        Computes the kernel blocks through PyTorch on this device ("auto": the GPU when torch
+        sees one, else NumPy); None: NumPy and numba. The same model to float64 rounding, with
+        NumPy fitted state. See "Kernels on a GPU" on the hyperparameters page.
 
     Attributes
     ----------
@@ -373,7 +377,7 @@ class MSVMAv(BaseMarginClassifier):
                  return_best=True, dual="auto", kernel_prox="paper", kernel_approximation=None, landmarks="uniform",
                  cache_size=500, factor_cache=None, class_weight=None, multi_class="ovo", n_jobs=None,
                  random_state=None,
-                 verbose=0):
+                 verbose=0, device=None):
         self.alpha = alpha
         self.beta = beta
         self.kernel = kernel
@@ -398,6 +402,7 @@ class MSVMAv(BaseMarginClassifier):
         self.n_jobs = n_jobs
         self.random_state = random_state
         self.verbose = verbose
+        self.device = device
 
     # ------------------------------------------------------------------ fit
     def _row_norm_range(self, X, spec):

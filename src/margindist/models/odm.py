@@ -140,6 +140,10 @@ class ODM(BaseMarginClassifier):
         Order of the coordinates (dcd) and samples (svrg).
     verbose : int, default=0
         Log solver progress through the ``margindist`` logger (never prints).
+    device : {"auto", "cpu", "cuda"} or None, default=None
+        Computes the kernel blocks through PyTorch on this device ("auto": the GPU when torch
+        sees one, else NumPy); None: NumPy and numba. The same model to float64 rounding, with
+        NumPy fitted state. See "Kernels on a GPU" on the hyperparameters page.
 
     Attributes
     ----------
@@ -237,7 +241,7 @@ class ODM(BaseMarginClassifier):
     def __init__(self, lam="auto", mu=0.8, theta=0.2, kernel="linear", gamma="scale", degree=3, coef0=0.0,
                  kernel_approximation=None, landmarks="uniform", solver="auto", tol=1e-3, max_iter=1000, fit_intercept=True, cache_size=200,
                  warm_start=False, class_weight=None, multi_class="ovo", n_jobs=None, random_state=None,
-                 verbose=0):
+                 verbose=0, device=None):
         self.lam = lam
         self.mu = mu
         self.theta = theta
@@ -258,6 +262,7 @@ class ODM(BaseMarginClassifier):
         self.n_jobs = n_jobs
         self.random_state = random_state
         self.verbose = verbose
+        self.device = device
 
     def _resolve_solver(self, X, kernel):
         solver = self.solver

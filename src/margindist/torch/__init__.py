@@ -5,7 +5,9 @@
 * :func:`pairwise_penalty`: that regulariser as a differentiable torch function (Gram form,
   exact gradient also at coinciding class vectors);
 * :func:`m3svm_adam_torch` and :func:`resolve_device`: the Adam back end of
-  ``M3SVM(solver="adam")``, on a CUDA device when there is one.
+  ``M3SVM(solver="adam")``, on a CUDA device when there is one;
+* :mod:`._kernels`: the kernel blocks of the kernel estimators' ``device`` parameter
+  (:mod:`margindist.kernels` imports it only when a device is set).
 
 Nothing else in margindist imports torch; ``import margindist`` works without it.
 """
