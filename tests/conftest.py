@@ -44,3 +44,15 @@ def single_blas_thread():
 
     with threadpool_limits(limits=1):
         yield
+
+
+@pytest.fixture(scope="module")
+def single_torch_thread():
+    """One PyTorch CPU thread for a module of small tensor operations (the same reason as
+    :func:`single_blas_thread`); skips the module without PyTorch. Use it as
+    ``pytestmark = pytest.mark.usefixtures("single_torch_thread")``."""
+    torch = pytest.importorskip("torch")
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

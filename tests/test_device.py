@@ -29,12 +29,7 @@ SPECS = [KernelSpec("rbf", gamma=0.7), KernelSpec("poly", gamma=0.5, degree=3, c
          KernelSpec("sigmoid", gamma=0.1, coef0=-0.5), KernelSpec("linear")]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("single_torch_thread")
 
 
 @pytest.fixture(scope="module")
