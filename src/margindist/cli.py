@@ -6,7 +6,11 @@ Commands:
   names them); ``--quick`` for the minutes-scale version;
 * ``margindist bench --datasets ... --methods ... --protocol ...``: any comparison grid;
 * ``margindist datasets``: what can be loaded, from where;
-* ``margindist methods``: the method registry and which methods are available.
+* ``margindist methods``: the method registry and which methods are available;
+* ``margindist store export DIR FILE`` / ``margindist store import FILE --out DIR``: a run's
+  result store as a text file (JSON Lines, gzip for ``.gz``) and back, merged into another
+  store, so that a run moves to another machine (or survives the loss of one) without
+  recomputing what it finished.
 
 Runs store every finished task in ``<out>/results.sqlite`` at once; running the same command
 again resumes (``--force`` recomputes). ``<out>/experiment.json`` fingerprints the experiment: an
@@ -334,6 +338,75 @@ def _cmd_reproduce(args) -> int:
     return _execute(args, exp, out, strict=False, description=description, what=what)
 
 
+# ---------------------------------------------------------------------- store export / import
+def _store_dir(path: str) -> Path:
+    out = Path(path)
+    if not (out / "results.sqlite").is_file():
+        raise UsageError(f"{out} holds no result store (results.sqlite); give the --out directory of a run")
+    return out
+
+
+def _read_identity(out_dir: Path) -> dict | None:
+    try:
+        return json.loads((out_dir / IDENTITY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _cmd_store_export(args) -> int:
+    from .experiments.store import ResultStore, write_export
+
+    out_dir = _store_dir(args.dir)
+    with ResultStore(out_dir / "results.sqlite") as store:  # not exclusive: a run may be writing
+        records = store.all_records()
+    n = write_export(args.file, records, identity=_read_identity(out_dir))
+    n_ok = sum(r["status"] == "ok" for r in records)
+    _info(args, f"exported {n} records ({n_ok} ok, {n - n_ok} failed) of {out_dir} to {args.file}")
+    return EXIT_OK
+
+
+def _check_import_target(out_dir: Path, identity: dict | None, force: bool) -> None:
+    """Refuse an --out that holds another experiment than the export's, or files that are not a
+    run's (unless ``force``)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"--out {out_dir} is a file; give a run's output directory or a new one")
+    held = _read_identity(out_dir) if out_dir.is_dir() else None
+    if force or not out_dir.is_dir():
+        return
+    if held and identity and held.get("fingerprint") != identity.get("fingerprint"):
+        raise UsageError(f"--out {out_dir} holds a different experiment ({held.get('experiment')}) than the "
+                         f"export ({identity.get('experiment')}); give another --out, or add --force to merge "
+                         "the records anyway")
+    if held is None and not (out_dir / "results.sqlite").exists() and any(out_dir.iterdir()):
+        raise UsageError(f"--out {out_dir} is not empty and holds no margindist results; give a new or empty "
+                         "directory, or add --force")
+
+
+def _cmd_store_import(args) -> int:
+    from .experiments.store import ResultStore, StoreError, read_export
+
+    out_dir = Path(args.out)
+    try:
+        header, records = read_export(args.file)
+    except ValueError as exc:
+        _err(str(exc))
+        return EXIT_FAILURE
+    identity = header.get("identity")
+    _check_import_target(out_dir, identity, args.force)
+    try:
+        with ResultStore(out_dir / "results.sqlite", exclusive=True) as store:
+            written, kept = store.merge(records, replace=args.replace)
+    except StoreError as exc:
+        _err(str(exc))
+        return EXIT_FAILURE
+    if identity and _read_identity(out_dir) is None:
+        _write_identity(out_dir, identity)
+    what = f" of {identity['experiment']}" if identity and identity.get("experiment") else ""
+    kept_note = f"; {kept} already stored were kept (--replace overwrites them)" if kept and not args.replace else ""
+    _info(args, f"imported {written} records{what} into {out_dir / 'results.sqlite'}{kept_note}")
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------- bench
 def _parse_protocol(text: str, args):
     from dataclasses import replace
@@ -654,6 +727,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metric", choices=["accuracy", "error"], default="accuracy", help="table metric")
     p.add_argument("--name", default="bench", help="name of the experiment (title, default output dir)")
     p.set_defaults(func=_cmd_bench, _parser=p)
+
+    p = sub.add_parser("store", help="a run's result store as a text file, and back",
+                       description="Carry finished results between machines: export a run's store (while it "
+                                   "runs, too) and import it into another run's --out, which then resumes "
+                                   "instead of recomputing them.")
+    store_sub = p.add_subparsers(dest="store_command", metavar="ACTION", required=True)
+    q = store_sub.add_parser("export", help="write DIR's results to FILE (JSON Lines; gzip for a .gz name)")
+    q.add_argument("dir", metavar="DIR", help="the --out directory of a run")
+    q.add_argument("file", metavar="FILE", help="the file to write (e.g. results.jsonl.gz)")
+    q.add_argument("--quiet", action="store_true", help="no summary line")
+    q.set_defaults(func=_cmd_store_export, _parser=q)
+    q = store_sub.add_parser("import", help="merge the results of FILE into the store of --out DIR")
+    q.add_argument("file", metavar="FILE", help="a file written by `margindist store export`")
+    q.add_argument("--out", required=True, metavar="DIR", help="the run's output directory (created if new)")
+    q.add_argument("--replace", action="store_true", help="the file's record wins where a key is already stored")
+    q.add_argument("--force", action="store_true",
+                   help="merge into a directory of another experiment, or one with other files")
+    q.add_argument("--quiet", action="store_true", help="no summary line")
+    q.set_defaults(func=_cmd_store_import, _parser=q)
     return parser
 
 

@@ -7,10 +7,19 @@ result arrives, so a run killed at any moment (Ctrl-C, ``kill -9``, power loss) 
 finished result and loses at most the tasks that were running. The primary key makes a
 result impossible to store twice; re-running the same command skips the stored keys and
 computes only the rest, so the final numbers are those of an uninterrupted run.
+
+A store also travels as text (:func:`write_export`, :func:`read_export`): JSON Lines, a header
+line naming the experiment, then one record per line in key order (gzip-compressed for a
+``.gz`` name, byte for byte the same for the same records). ``margindist store export`` writes
+it from a run that may still be going, ``margindist store import`` merges it into another
+store (:meth:`ResultStore.merge`): the finished work of a run on another machine, or of a
+machine that is gone, is resumed instead of recomputed.
 """
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import logging
 import sqlite3
@@ -19,7 +28,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-__all__ = ["RECORD_FIELDS", "ResultStore", "StoreError"]
+__all__ = ["RECORD_FIELDS", "ResultStore", "StoreError", "read_export", "write_export"]
 
 
 class StoreError(RuntimeError):
@@ -124,18 +133,26 @@ class ResultStore:
     def put(self, record) -> None:
         """Insert or replace one result (a :class:`~margindist.experiments.records.TaskRecord` or a
         record dict) and commit it durably."""
-        row = record.to_dict() if hasattr(record, "to_dict") else dict(record)
-        row.setdefault("created", time.time())
-        for f in _JSON_FIELDS:
-            if f in row and not isinstance(row[f], str):
-                row[f] = json.dumps(row[f], default=_json_default)
-        values = [row.get(f) for f in RECORD_FIELDS]
+        values = _row_values(record)
         with self._transaction():
             self._con.execute(
                 f"INSERT OR REPLACE INTO results ({', '.join(RECORD_FIELDS)}) "
                 f"VALUES ({', '.join('?' * len(RECORD_FIELDS))})",
                 values,
             )
+
+    def merge(self, records, *, replace: bool = False) -> tuple[int, int]:
+        """Add records (dicts in the store's format, e.g. from :func:`read_export`) in one
+        transaction: a record whose key is already stored is kept as stored unless ``replace``
+        (then the incoming one wins). Returns (records written, records left as stored)."""
+        rows = [_row_values(r) for r in records]
+        verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
+        sql = f"{verb} INTO results ({', '.join(RECORD_FIELDS)}) VALUES ({', '.join('?' * len(RECORD_FIELDS))})"
+        with self._transaction():
+            changes = self._con.total_changes
+            self._con.executemany(sql, rows)
+            written = self._con.total_changes - changes  # ignored rows are no change
+        return written, len(rows) - written
 
     def delete_configs(self, configs) -> int:
         """Remove every result of the given config hashes (``--force``)."""
@@ -218,6 +235,106 @@ class ResultStore:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def _row_values(record) -> list:
+    """The column values of one record (a TaskRecord or a record dict), JSON fields encoded."""
+    row = record.to_dict() if hasattr(record, "to_dict") else dict(record)
+    row.setdefault("created", time.time())
+    for f in _JSON_FIELDS:
+        if f in row and not isinstance(row[f], str):
+            row[f] = json.dumps(row[f], default=_json_default)
+    return [row.get(f) for f in RECORD_FIELDS]
+
+
+# ---------------------------------------------------------------------- the store as text
+#: The ``format`` of an export's header line, and the version of its layout.
+EXPORT_FORMAT = "margindist-results"
+EXPORT_VERSION = 1
+
+#: The fields every record must have, and the types of every field (None allowed where listed).
+_REQUIRED = ("key", "config", "dataset", "method", "split", "phase", "status")
+_TYPES = {"key": str, "config": str, "dataset": str, "method": str, "split": int, "phase": str, "status": str,
+          "score": (int, float), "fit_time": (int, float), "predict_time": (int, float),
+          "cv_time": (int, float), "params": dict, "info": dict, "created": (int, float), "version": str}
+
+
+def write_export(path, records, *, identity: dict | None = None) -> int:
+    """Write ``records`` (store rows, as :meth:`ResultStore.all_records` gives them) to ``path``
+    as JSON Lines: a header line ``{"format": "margindist-results", "version": 1, "identity":
+    ..., "n_records": N}`` (``identity``: the experiment description of the run's output
+    directory, or None), then the records in key order. A name ending in ``.gz`` is
+    gzip-compressed without a time stamp, so the same records give the same bytes. The file is
+    written beside ``path`` and renamed into place: an interrupted export leaves no partial
+    file. Returns the number of records."""
+    path = Path(path)
+    records = sorted(records, key=lambda r: r["key"])
+    header = {"format": EXPORT_FORMAT, "version": EXPORT_VERSION, "identity": identity, "n_records": len(records)}
+    lines = [json.dumps(header, sort_keys=True)]
+    lines += [json.dumps({f: r.get(f) for f in RECORD_FIELDS}, sort_keys=True, default=_json_default)
+              for r in records]
+    data = ("\n".join(lines) + "\n").encode("utf-8")
+    if path.name.endswith(".gz"):
+        buf = io.BytesIO()
+        with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0) as gz:
+            gz.write(data)
+        data = buf.getvalue()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    return len(records)
+
+
+def read_export(path) -> tuple[dict, list[dict]]:
+    """The header and the records of an export written by :func:`write_export` (gzip or plain,
+    recognised by its bytes), each record checked: a file that is not an export, a damaged or
+    truncated one, or a record with a missing field or a field of the wrong type raises a
+    ValueError naming the file and the line."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"Cannot read {path}: {exc.strerror or exc}.") from None
+    try:
+        text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} is damaged ({exc}); export the store again.") from None
+    lines = text.splitlines()
+    header = _parse_line(path, 1, lines[0] if lines else "")
+    if header.get("format") != EXPORT_FORMAT:
+        raise ValueError(f"{path} is not a margindist result export (its first line has no "
+                         f"\"format\": \"{EXPORT_FORMAT}\"); write one with `margindist store export`.")
+    if header.get("version") != EXPORT_VERSION:
+        raise ValueError(f"{path} has export version {header.get('version')!r}; this margindist reads "
+                         f"version {EXPORT_VERSION}.")
+    records = [_check_record(path, n, _parse_line(path, n, line)) for n, line in enumerate(lines[1:], start=2)]
+    if header.get("n_records") != len(records):
+        raise ValueError(f"{path} is truncated: its header announces {header.get('n_records')} records, "
+                         f"it holds {len(records)}; export the store again.")
+    return header, records
+
+
+def _parse_line(path, n, line) -> dict:
+    try:
+        obj = json.loads(line)
+    except ValueError as exc:
+        raise ValueError(f"{path}, line {n}: not JSON ({exc}).") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path}, line {n}: a JSON object was expected, got {type(obj).__name__}.")
+    return obj
+
+
+def _check_record(path, n, rec) -> dict:
+    missing = [f for f in _REQUIRED if rec.get(f) is None]
+    if missing:
+        raise ValueError(f"{path}, line {n}: the record has no {', '.join(missing)}.")
+    for f, kind in _TYPES.items():
+        v = rec.get(f)
+        if v is not None and (not isinstance(v, kind) or isinstance(v, bool)):
+            raise ValueError(f"{path}, line {n}: field {f!r} is {type(v).__name__}, expected "
+                             f"{getattr(kind, '__name__', 'a number')}.")
+    return {f: rec.get(f) for f in RECORD_FIELDS}
 
 
 def _acquire(path: Path) -> FileLock:
