@@ -178,8 +178,11 @@ def test_float32_rows_and_fill(X, kind, sparse):
         if kind == "precomputed":
             np.testing.assert_array_equal(G, K.astype(dtype))  # the given matrix
         else:
-            assert np.array_equal(G, G.T)  # computed upper triangle, mirrored: exactly symmetric
+            assert np.array_equal(G, G.T)  # exactly symmetric
         np.testing.assert_allclose(G, K, rtol=rtol, atol=rtol * np.abs(K).max())
+        lazy = KernelRowCache(spec, Xin, max_bytes=8 * m * m, dtype=dtype)
+        for i in (0, 17, m - 1):  # the rows a lazy cache computes, to the bit
+            np.testing.assert_array_equal(lazy.row(i), G[i])
         for i in (3, 30):  # reads after fill are hits on the same storage
             np.testing.assert_array_equal(cache_row(full.state, i), G[i])
         assert full.misses == m
