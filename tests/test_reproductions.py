@@ -8,10 +8,14 @@ deviation, standard error and split count, the paired t-test against the referen
 (scipy's ``ttest_rel``), the win/tie/loss row and the average ranks over the datasets, and
 checks them against both ``table.csv`` and the Markdown table of the report. It also checks
 that every preset has its page, that each page includes its report and gives verdicts, and
-that the index links every page.
+that the index links every page. A preset whose full run has not finished may keep its finished
+work as an export of the run's store (``<preset>/records.jsonl.gz``, ``margindist store
+export``): its records must be tasks of the preset as it is now, under the fingerprint that
+``margindist reproduce`` gives its output directory, so that the run resumes from them.
 """
 
 import csv
+import json
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -20,10 +24,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from margindist.experiments.presets import PRESETS
+from margindist.cli import _check_out, _identity, reproduce_description
+from margindist.experiments.presets import PRESETS, get_preset
+from margindist.experiments.records import config_hash
+from margindist.experiments.store import read_export
 
 ROOT = Path(__file__).resolve().parents[1] / "docs" / "reproductions"
 RECORDED = sorted(p.name for p in ROOT.iterdir() if (p / "table.csv").is_file())
+EXPORTED = sorted(p.parent.name for p in ROOT.glob("*/records.jsonl.gz"))
 BETTER, WORSE = "●", "○"
 
 
@@ -167,3 +175,20 @@ def test_every_preset_has_a_page_with_verdicts_and_the_index_links_them():
             assert f"{preset}/report.md" in text, preset
     for preset in RECORDED:
         assert preset in PRESETS
+
+
+@pytest.mark.parametrize("preset", EXPORTED)
+def test_exported_records_resume_their_preset(preset, tmp_path):
+    header, records = read_export(ROOT / preset / "records.jsonl.gz")
+    exp = get_preset(preset)
+    description, what = reproduce_description(preset, exp)
+    identity = _identity(description, what, None)
+    assert header["identity"]["fingerprint"] == identity["fingerprint"]
+    (tmp_path / "experiment.json").write_text(json.dumps(header["identity"]))
+    _check_out(tmp_path, identity, force=False)  # `reproduce` accepts the imported directory
+    phases = {r["phase"] for r in records}
+    configs = {config_hash(exp.protocol, ds, run, phase)
+               for ds in exp.datasets for run in exp.methods for phase in phases}
+    assert records and all(r["config"] in configs for r in records)
+    page = (ROOT / f"{preset}.md").read_text(encoding="utf-8")
+    assert f"{preset}/records.jsonl.gz" in page and f"{len(records)} of" in page

@@ -330,12 +330,17 @@ def _cmd_reproduce(args) -> int:
                              f"--reference takes a method of this run: {', '.join(refs)}")
         exp.reference = match[0]
     out = Path(args.out) if args.out else Path("margindist-results") / (exp.name + ("-quick" if exp.quick else ""))
-    # the preset is the experiment; --datasets / --methods / --reference / --repeats choose what of it
-    # this run computes and shows, so they do not make the directory another experiment's
-    description = {"command": "reproduce", "preset": args.preset, "quick": exp.quick,
-                   "protocol": _protocol_identity(exp.protocol)}
-    what = f"reproduce {args.preset}{' --quick' if exp.quick else ''}"
+    description, what = reproduce_description(args.preset, exp)
     return _execute(args, exp, out, strict=False, description=description, what=what)
+
+
+def reproduce_description(preset: str, exp) -> tuple[dict, str]:
+    """What identifies a ``reproduce`` run in its output directory, and its summary. The preset
+    is the experiment; --datasets / --methods / --reference / --repeats choose what of it a run
+    computes and shows, so they do not make the directory another experiment's."""
+    description = {"command": "reproduce", "preset": preset, "quick": exp.quick,
+                   "protocol": _protocol_identity(exp.protocol)}
+    return description, f"reproduce {preset}{' --quick' if exp.quick else ''}"
 
 
 # ---------------------------------------------------------------------- store export / import
