@@ -268,9 +268,38 @@ def test_precomputed_equals_kernel(kernel, func):
 def test_tiny_cache_gives_the_same_solution():
     X, y = _data(m=120, seed=14)
     big = kmomd_kernel(resolve_kernel("rbf", X), X, y, None, 0.05, tol=TIGHT)
-    small = kmomd_kernel(resolve_kernel("rbf", X), X, y, None, 0.05, tol=TIGHT, max_bytes=1)  # 2 rows
+    # 2 rows; maximal violating pairs only: the same path
+    small = kmomd_kernel(resolve_kernel("rbf", X), X, y, None, 0.05, tol=TIGHT, max_bytes=1, cached_pair=0.0)
     assert small.n_iter == big.n_iter
     np.testing.assert_allclose(small.gamma, big.gamma, atol=1e-13)
+    cached = kmomd_kernel(resolve_kernel("rbf", X), X, y, None, 0.05, tol=TIGHT, max_bytes=1)
+    assert cached.converged
+    np.testing.assert_allclose(cached.gamma, big.gamma, atol=1e-9)
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.02, 0.3])
+def test_cached_pairs_reach_the_qp_optimum_with_fewer_kernel_rows(lam):
+    """With a cache of a fifth of the rows, pairs of cached rows (``cached_pair``) reach the
+    generic QP's optimum with the same certificate, computing fewer kernel rows than the
+    maximal violating pairs."""
+    X, y = _data(m=150, seed=16, sep=0.5)
+    spec = resolve_kernel("rbf", X, gamma=0.5)
+    g_qp, f_qp = _qp(kernel_matrix(spec, X), y, np.ones(y.size), lam)
+    misses = {}
+    for cp in (0.0, 0.7):
+        held = []
+        res = kmomd_kernel(spec, X, y, None, lam, tol=TIGHT, max_bytes=8 * 150 * 30, cached_pair=cp,
+                           shared=lambda key, make: held.append(make()) or held[-1])
+        assert held[0].n_slots == 30 and res.converged
+        assert res.violation <= TIGHT * 2 * res.objective
+        _feasible(res.gamma, y)
+        np.testing.assert_allclose(res.objective, f_qp, rtol=1e-9)
+        if lam > 0:
+            np.testing.assert_allclose(res.gamma, g_qp, atol=1e-6)
+        misses[cp] = held[0].misses
+    assert misses[0.7] < 0.8 * misses[0.0], misses
+    with pytest.raises(ValueError, match="cached_pair"):
+        kmomd_kernel(spec, X, y, None, lam, cached_pair=1.0)
 
 
 def test_uniform_and_vertex_starts_reach_the_same_optimum():

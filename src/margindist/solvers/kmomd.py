@@ -95,6 +95,12 @@ _TAU = 1e-12
 #: convex hulls intersect; the hard-margin problem has no margin left to find).
 _HULL_TOUCH = 1e-12
 
+#: ``kmomd_kernel(cached_pair=...)``'s default: with fewer rows cached than examples, the SMO
+#: takes a pair among the cached rows instead of the maximal violating pair when its violation is
+#: at least this fraction of the largest one (magic, 14 000 rows, 3744 cached: 0.5, 0.6, 0.7,
+#: 0.75, 0.85 took 9.2, 6.2, 5.8, 5.8, 6.6 s against 12.4 s for the maximal pair alone).
+CACHED_PAIR = 0.7
+
 # status codes of the SMO
 _CONVERGED, _MAX_ITER, _HULLS_TOUCH = 0, 1, 2
 
@@ -155,6 +161,46 @@ def _update_select_range(G, gamma, lo, hi, Ka, Kb, k):
             gmax = gq
             q = j
     return gmin, gmax, r, q
+
+
+@njit(cache=True)
+def _update_select_cached(G, gamma, lo, hi, Ka, Kb, k, slot_of, sel):
+    """:func:`_update_select_range`, plus the same selection among the rows whose kernel row is
+    cached (``slot_of`` >= 0): sel[0:4] = (min G, max G over gamma > 0, argmin, argmax) over all
+    rows, sel[4:8] the same over the cached rows (argmin / argmax -1 where there is none)."""
+    gmin = np.inf
+    gmax = -np.inf
+    cmin = np.inf
+    cmax = -np.inf
+    r = -1
+    q = -1
+    rc = -1
+    qc = -1
+    for j in range(lo, hi):
+        g = G[j] + k * (np.float64(Ka[j]) - np.float64(Kb[j]))
+        G[j] = g
+        if g < gmin:
+            gmin = g
+            r = j
+        gq = g if gamma[j] > 0.0 else -np.inf
+        if gq > gmax:
+            gmax = gq
+            q = j
+        if slot_of[j] >= 0:
+            if g < cmin:
+                cmin = g
+                rc = j
+            if gq > cmax:
+                cmax = gq
+                qc = j
+    sel[0] = gmin
+    sel[1] = gmax
+    sel[2] = r
+    sel[3] = q
+    sel[4] = cmin
+    sel[5] = cmax
+    sel[6] = rc
+    sel[7] = qc
 
 
 @njit(cache=True)
@@ -238,10 +284,20 @@ def _linear_dot(rows, r, q, delta):
 
 
 @njit(cache=True)
-def _smo(kernel, cache, diag, rows, v, y, inv_w, lam, gamma, G, m_pos, tol, it0, max_iter, obj, obj0, hist_every,
-         hist, n_hist0):
+def _smo(kernel, cache, diag, rows, v, y, cached_pair, inv_w, lam, gamma, G, m_pos, tol, it0, max_iter, obj, obj0,
+         hist_every, hist, n_hist0):
     """Pair updates until the stopping rule holds or max_iter; rows 0..m_pos-1 are the positive
     class, the rest the negative class.
+
+    Working set: the maximal violating pair of the class with the larger violation. When the
+    row cache holds fewer rows than there are examples and ``cached_pair`` > 0, a row of that
+    pair that is not cached is replaced by the best cached one of its side (the cached example
+    of smallest gradient for r, the cached example with mass and largest gradient for q) if the
+    pair still violates by at least ``cached_pair`` times the maximal violation: a step that
+    computes no kernel row. Every step is still an exact line minimisation along a violating
+    pair, and the stopping rule is checked on the maximal violation, so the optimum and its
+    certificate are those of the maximal pairs (a constant-factor working set, as in the
+    convergence analyses of SMO-type methods); only the path changes.
 
     ``kernel``: kernel rows from the row cache ``cache`` (``diag`` = k(x_i, x_i)); otherwise the
     linear primal on ``rows`` (:class:`~margindist.solvers._rows.Rows`, dense or CSR, no bias column;
@@ -257,12 +313,16 @@ def _smo(kernel, cache, diag, rows, v, y, inv_w, lam, gamma, G, m_pos, tol, it0,
     delta = np.zeros(v.shape[0], dtype=np.float64)
     gmin_p, gmax_p, r_p, q_p = _select_range(G, gamma, 0, m_pos)
     gmin_n, gmax_n, r_n, q_n = _select_range(G, gamma, m_pos, m)
+    partial = kernel and cache.slots.shape[0] < m and cached_pair > 0.0
+    sel_p = np.full(8, -1.0)
+    sel_n = np.full(8, -1.0)
     n_hist = n_hist0
     it = it0
     viol = 0.0
     while True:
         v_p = gmax_p - gmin_p if q_p >= 0 else 0.0
         v_n = gmax_n - gmin_n if q_n >= 0 else 0.0
+        sel = sel_p if v_p >= v_n else sel_n
         if v_p >= v_n:
             viol = v_p
             r = r_p
@@ -271,6 +331,12 @@ def _smo(kernel, cache, diag, rows, v, y, inv_w, lam, gamma, G, m_pos, tol, it0,
             viol = v_n
             r = r_n
             q = q_n
+        if partial:  # a pair of cached rows (or one) that violates nearly as much: no kernel row to compute
+            rc = r if cache.slot_of[r] >= 0 else int(sel[6])
+            qc = q if cache.slot_of[q] >= 0 else int(sel[7])
+            if rc >= 0 and qc >= 0 and (rc != r or qc != q) and G[qc] - G[rc] >= cached_pair * viol:
+                r = rc
+                q = qc
         if viol <= tol * 2.0 * obj:
             return it, viol, obj, n_hist, _CONVERGED
         if lam == 0.0 and obj <= _HULL_TOUCH * obj0:
@@ -287,8 +353,14 @@ def _smo(kernel, cache, diag, rows, v, y, inv_w, lam, gamma, G, m_pos, tol, it0,
             eps, d_obj = _pair_step(gamma, G, inv_w, lam, g_r, g_q, dist_sq, r, q)
             # s_j += y_c eps (k(x_r, x_j) - k(x_q, x_j));  G_j += 2 (1 - lam) y_j (change of s_j)
             k = a * yc * eps
-            gmin_p, gmax_p, r_p, q_p = _update_select_range(G, gamma, 0, m_pos, Kr, Kq, k)
-            gmin_n, gmax_n, r_n, q_n = _update_select_range(G, gamma, m_pos, m, Kr, Kq, -k)
+            if partial:
+                _update_select_cached(G, gamma, 0, m_pos, Kr, Kq, k, cache.slot_of, sel_p)
+                _update_select_cached(G, gamma, m_pos, m, Kr, Kq, -k, cache.slot_of, sel_n)
+                gmin_p, gmax_p, r_p, q_p = sel_p[0], sel_p[1], int(sel_p[2]), int(sel_p[3])
+                gmin_n, gmax_n, r_n, q_n = sel_n[0], sel_n[1], int(sel_n[2]), int(sel_n[3])
+            else:
+                gmin_p, gmax_p, r_p, q_p = _update_select_range(G, gamma, 0, m_pos, Kr, Kq, k)
+                gmin_n, gmax_n, r_n, q_n = _update_select_range(G, gamma, m_pos, m, Kr, Kq, -k)
         else:
             dist_sq = diag[r] + diag[q] - 2.0 * _linear_dot(rows, r, q, delta)
             eps, d_obj = _pair_step(gamma, G, inv_w, lam, g_r, g_q, dist_sq, r, q)
@@ -451,8 +523,9 @@ class _SMORun:
     """The SMO on class-ordered rows, resumable: :meth:`run` continues from the current
     (gamma, G) up to a total of ``max_iter`` updates; the history and the count carry over."""
 
-    def __init__(self, kernel, cache_state, diag, rows, v, y, w, lam, gamma, G, *, tol, history_every):
-        self.args = (kernel, cache_state, diag, rows, v, y)
+    def __init__(self, kernel, cache_state, diag, rows, v, y, w, lam, gamma, G, *, tol, history_every,
+                 cached_pair=0.0):
+        self.args = (kernel, cache_state, diag, rows, v, y, float(cached_pair))
         self.y, self.w, self.lam, self.tol = y, w, float(lam), float(tol)
         self.inv_w = 1.0 / w
         self.gamma, self.G = gamma, np.ascontiguousarray(G, dtype=np.float64)
@@ -724,7 +797,7 @@ def _feasible_point(state, y, idx, gI, pos, a2, b2_inv_w):
 
 def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-3, max_iter=10_000_000,
                  max_bytes=DEFAULT_CACHE_BYTES, init="vertex", history_every=0, dtype=np.float64,
-                 newton="auto", shared=None) -> KMOMDResult:
+                 newton="auto", shared=None, cached_pair=CACHED_PAIR) -> KMOMDResult:
     """KM-OMD by pair SMO with kernel rows from the LRU row cache (any kernel incl. precomputed),
     accelerated by an active-set Newton phase.
 
@@ -769,6 +842,12 @@ def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-
         Keeps the row cache for later calls on the same X (a grid search: its kernel rows are
         computed once for every value of lam); ``key`` holds the kernel, the budget, the row
         type and the class order, ``make()`` builds the cache.
+    cached_pair : float in [0, 1)
+        When the budget holds fewer rows than there are examples: a pair step may use cached
+        rows in place of the maximal violating pair when they violate by at least this fraction
+        of the largest violation (see :func:`_smo`; 0: always the maximal pair). The same
+        optimum and stopping rule; 14 000 rows of magic, 27 % of them cached: 37 000 kernel rows
+        computed instead of 125 000, 5.8 s instead of 12.4 s.
 
     The rows are put in class order internally (a permuted copy of X, or of the Gram matrix for
     "precomputed", when the classes are interleaved) so that the update pass runs over
@@ -803,8 +882,10 @@ def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-
     s = np.zeros((1, m))
     _rows_combination(cache.state, sv, (y[sv] * gamma[sv])[None, :], s)
     G = 2.0 * (1.0 - lam) * y * s[0] + 2.0 * lam * gamma / w
+    if not 0.0 <= cached_pair < 1.0:
+        raise ValueError(f"cached_pair must lie in [0, 1); got {cached_pair!r}.")
     smo = _SMORun(True, cache.state, np.ascontiguousarray(cache.diag, dtype=np.float64), make_rows(np.zeros((0, 0))),
-                  np.zeros(0), y, w, lam, gamma, G, tol=tol, history_every=history_every)
+                  np.zeros(0), y, w, lam, gamma, G, tol=tol, history_every=history_every, cached_pair=cached_pair)
     use_newton = newton is True or (newton == "auto" and m >= _NEWTON_MIN_M and 0.0 < lam < 1.0)
     n_newton = n_cg = 0
     if use_newton and lam > 0.0:
