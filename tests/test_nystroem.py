@@ -189,3 +189,19 @@ def test_kmeanspp_landmarks_fit_and_bad_value(name):
     np.testing.assert_allclose(full.decision_function(X), f, atol=1e-5 * np.abs(f).max())
     with pytest.raises(ValueError, match="landmarks"):
         ESTIMATORS[name](kernel_approximation=20, landmarks="leverage").fit(X, y)
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+def test_a_model_without_support_predicts_and_warns_instead_of_crashing(name):
+    """Identical rows of both classes: every landmark coefficient is 0, no support vector is
+    left, and the model says it is degenerate (as the exact model does) instead of failing in
+    the kernel evaluation."""
+    X, y = np.zeros((30, 3)), np.array([0, 1] * 15)
+    with pytest.warns(md.exceptions.DegenerateModelWarning):
+        est = ESTIMATORS[name](kernel_approximation=5).fit(X, y)
+    if est.support_vectors_.shape[0] == 0:
+        np.testing.assert_array_equal(est.decision_function(X), est.intercept_[0])
+    from margindist.kernels import kernel_decision
+
+    spec = resolve_kernel("rbf", X, gamma=1.0)
+    np.testing.assert_array_equal(kernel_decision(spec, X, X[:0], np.zeros((0, 2))), np.zeros((30, 2)))

@@ -213,8 +213,11 @@ def kernel_matrix(spec: KernelSpec, X, Z=None, *, max_bytes: int = DEFAULT_BLOCK
 
 
 def kernel_decision(spec: KernelSpec, X, Z, coef, *, max_bytes: int = DEFAULT_BLOCK_BYTES) -> np.ndarray:
-    """``K(X, Z) @ coef`` for coef of shape (n_Z,) or (n_Z, k), one bounded chunk at a time."""
+    """``K(X, Z) @ coef`` for coef of shape (n_Z,) or (n_Z, k), one bounded chunk at a time
+    (zeros when Z has no rows: a model without support vectors)."""
     coef = np.asarray(coef, dtype=np.float64)
+    if Z.shape[0] == 0:
+        return np.zeros((X.shape[0],) + coef.shape[1:])
     on_device = _device_products(spec)
     if on_device is not None:
         return on_device(spec, X, Z, coef, max_bytes=max_bytes)
