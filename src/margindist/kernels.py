@@ -368,6 +368,25 @@ def _exp_nonpositive(v, scratch):
 
 
 @njit(cache=True)
+def _poly_inplace(v, gamma, coef0, degree, scratch):
+    """v[j] <- (gamma v[j] + coef0) ** degree in place: a whole degree up to 16 by repeated
+    products in vectorised passes (within degree / 2 ulp; pow took 14 ns a value), else pow.
+    ``scratch``: float64 work array of v's length."""
+    n = v.shape[0]
+    k = int(degree)
+    if k != degree or k < 0 or k > 16:
+        for j in range(n):
+            v[j] = (gamma * v[j] + coef0) ** degree
+        return
+    for j in range(n):
+        scratch[j] = gamma * v[j] + coef0
+        v[j] = 1.0
+    for _ in range(k):
+        for j in range(n):
+            v[j] *= scratch[j]
+
+
+@njit(cache=True)
 def _dot_rows_dense(XT, i, out):
     """out[j] = <x_i, x_j> from X^T (d, m), summed over the features in their order (so that
     <x_i, x_j> and <x_j, x_i> are the same float: the cached kernel is exactly symmetric). Column
@@ -420,8 +439,7 @@ def compute_kernel_row(cache, i, out):
             buf[j] = -gamma * max(si + sqn[j] - 2.0 * buf[j], 0.0)
         _exp_nonpositive(buf, work[1])
     elif kind == KIND_POLY:
-        for j in range(m):
-            buf[j] = (gamma * buf[j] + coef0) ** degree
+        _poly_inplace(buf, gamma, coef0, degree, work[1])
     elif kind == KIND_SIGMOID:
         for j in range(m):
             buf[j] = np.tanh(gamma * buf[j] + coef0)
@@ -498,8 +516,7 @@ def _transform_block(kind, params, B, sq_rows, sq_cols, scratch):
                 row[b] = -gamma * max(sa + sq_cols[b] - 2.0 * row[b], 0.0)
             _exp_nonpositive(row, scratch[: row.shape[0]])
         elif kind == KIND_POLY:
-            for b in range(row.shape[0]):
-                row[b] = (gamma * row[b] + coef0) ** degree
+            _poly_inplace(row, gamma, coef0, degree, scratch[: row.shape[0]])
         elif kind == KIND_SIGMOID:
             for b in range(row.shape[0]):
                 row[b] = np.tanh(gamma * row[b] + coef0)
