@@ -194,7 +194,8 @@ def _chunk_rows(n_rows: int, n_cols: int, max_bytes: int) -> int:
 
 def kernel_matrix(spec: KernelSpec, X, Z=None, *, max_bytes: int = DEFAULT_BLOCK_BYTES) -> np.ndarray:
     """Gram matrix K(X, Z) evaluated in row chunks of at most ``max_bytes`` each (K(X, X) of
-    dense rows and the RBF or linear kernel: by the compiled rows of :class:`KernelRowCache`).
+    dense rows and the RBF, linear or polynomial kernel: by the compiled rows of
+    :class:`KernelRowCache`).
 
     The result itself is (n_X, n_Z) float64; use :func:`kernel_decision` when only
     ``K(X, Z) @ coef`` is needed, which never holds more than one chunk.
@@ -205,9 +206,9 @@ def kernel_matrix(spec: KernelSpec, X, Z=None, *, max_bytes: int = DEFAULT_BLOCK
     on_device = _device_products(spec)
     if on_device is not None:
         return on_device(spec, X, Z, max_bytes=max_bytes)
-    if square and n >= 2 and spec.kind in ("rbf", "linear") and not sp.issparse(X):
+    if square and n >= 2 and spec.kind in ("rbf", "linear", "poly") and not sp.issparse(X):
         # K(X, X) by the row cache's compiled rows (float64, exactly symmetric): the RBF
-        # matrix of 2000-5000 rows of 10 features 6-7x faster than scikit-learn's pairwise kernel
+        # matrix of 5000 rows of 10 features in half the time of scikit-learn's pairwise kernel
         return KernelRowCache(spec, X, max_bytes=8 * n * n, dtype=np.float64).fill()
     out = np.empty((n, m), dtype=np.float64)
     step = _chunk_rows(n, m, max_bytes)
