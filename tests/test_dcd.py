@@ -203,6 +203,31 @@ def test_warm_start_takes_one_epoch(rng):
     assert kagain.n_iter == 1
 
 
+@pytest.mark.parametrize("two_sided", [True, False])
+def test_warm_start_with_its_products_computes_no_row_again(rng, two_sided):
+    """``q0`` (Q a0 from the run that ended at a0) replaces the start's kernel products: the
+    same run from there, and a cache of a fifth of the rows computes no row for the start
+    (the LDM rounds pass it from one beta solve to the next with a new offset)."""
+    X, y, n_var, D, p, U = _problem(rng, m=100, two_sided=two_sided)
+    m = X.shape[0]
+    spec = resolve_kernel("rbf", X, gamma=0.3)
+    o = rng.normal(size=m)
+    first = dcd_kernel(y, D, p, U, n_var=n_var, gram=spec(X), u0=o, tol=1e-3, random_state=0)
+    o2 = o + 0.1 * rng.normal(size=m)
+    runs = {}
+    for name, q0 in (("rows", None), ("q0", first.u - o)):
+        cache = KernelRowCache(spec, X, max_bytes=20 * 8 * m)
+        runs[name] = (dcd_kernel(y, D, p, U, n_var=n_var, cache=cache, u0=o2, a0=first.a, q0=q0, tol=1e-10,
+                                 max_iter=1, random_state=1, warn_label=None), cache.misses)
+    (a, misses_rows), (b, misses_q0) = runs["rows"], runs["q0"]
+    np.testing.assert_allclose(b.a, a.a, atol=1e-10)
+    np.testing.assert_allclose(b.u, a.u, atol=1e-10)
+    gamma = first.a[:m] - first.a[m:] if two_sided else first.a
+    assert misses_rows - misses_q0 >= np.count_nonzero(gamma) - 20 > 0
+    with pytest.raises(ValueError, match="q0 must have length"):
+        dcd_kernel(y, D, p, U, n_var=n_var, gram=spec(X), a0=first.a, q0=np.zeros(3))
+
+
 def test_max_iter_warns_with_remedy(rng):
     X, y, n_var, D, p, U = _problem(rng)
     with pytest.warns(ConvergenceWarning, match="Increase max_iter"):

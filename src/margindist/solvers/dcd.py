@@ -525,7 +525,7 @@ def _cache_block(n_slots: int, m: int):
 
 
 def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=None, bias=1.0, u0=None,
-               a0=None, tol=1e-3, max_iter=1000, shrinking=True, random_state=None,
+               a0=None, q0=None, tol=1e-3, max_iter=1000, shrinking=True, random_state=None,
                warn_label="DCD", selection="random") -> DCDResult:
     """DCD with the kernel data path (see the module docstring).
 
@@ -538,6 +538,11 @@ def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=N
 
     u0 : ndarray of shape (m,), optional
         The offset o (u = Q gamma + o).
+    q0 : ndarray of shape (m,), optional
+        Q gamma of the start ``a0``, when the caller has it (``u - o`` of an earlier run that
+        ended at a0): the start's kernel products are then not recomputed from the rows (one
+        pass over every row whose variable is non-zero; with a partial cache, a kernel row
+        computed for each).
     warn_label : str or None
         The name in the ConvergenceWarning at ``max_iter``; None: no warning (the caller
         continues from the returned point).
@@ -571,7 +576,13 @@ def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=N
     kv = np.zeros(m)
     sb = np.zeros(1)
     gamma = a[:m] - a[m:] if n_var == 2 * m else a.copy()
-    if np.any(gamma != 0):
+    if q0 is not None:  # Q gamma = Y (K Y gamma + B^2 sb)
+        q0 = np.asarray(q0, dtype=np.float64).ravel()
+        if q0.shape != (m,):
+            raise ValueError(f"q0 must have length {m}; got {q0.shape}.")
+        sb[0] = float(y @ gamma)
+        kv[:] = y * q0 - bias2 * sb[0]
+    elif np.any(gamma != 0):
         _kernel_kv(cache.state, y, gamma, kv, sb)
     path, qp = KernelPath(cache.state, kv, sb, o, bias2), BoxQP(y, qd, D, p, U)
     opts = DCDOptions(float(tol), int(max_iter), bool(shrinking), _GROUP)

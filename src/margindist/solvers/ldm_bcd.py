@@ -133,12 +133,14 @@ def ldm_bcd_kernel(cache: KernelRowCache, y, sample_weight, lambda1, lambda2, C,
     kw = {"n_var": m, "cache": cache, "bias": bias, "tol": tol, "shrinking": True}
     rng = check_random_state(random_state)
     n_iter, converged, rnd = 0, False, 0
+    q_beta = None  # Q beta from the last beta solve (its kernel products need not be recomputed)
     for rnd in range(1, max_rounds + 1):
-        res, epochs = hinge_dcd(y, s, C, kw, beta, max_iter, warn=False, u0=o,
+        res, epochs = hinge_dcd(y, s, C, kw, beta, max_iter, warn=False, u0=o, q0=q_beta,
                                 random_state=int(rng.randint(2**31 - 1)))
         n_iter += epochs
         beta = res.a
         z = res.u  # margins of w
+        q_beta = z - o
         if lambda1 == 0:
             converged = res.converged
             break
