@@ -139,35 +139,16 @@ class KMOMDResult(SolverResult):
 
 
 @njit(cache=True)
-def _update_select_range(G, gamma, lo, hi, Ka, Kb, k):
+def _update_select(G, gamma, lo, hi, Ka, Kb, k, slot_of):
     """G_j += k (Ka_j - Kb_j) on rows lo..hi-1, fused with the selection of the class's maximal
     violating pair: returns (min_j G_j, max_{j: gamma_j > 0} G_j, argmin, argmax), argmax -1 if no
-    row carries mass. Ka, Kb may be float32 kernel rows (differences taken in float64).
+    row carries mass, then the same four over the rows whose kernel row is cached
+    (``slot_of`` >= 0; all -1 / inf when ``slot_of`` is empty: no such selection). Ka, Kb may be
+    float32 kernel rows (differences taken in float64).
 
     (Returning the selection rather than writing it into an array argument keeps the loop
     about twice as fast.)"""
-    gmin = np.inf
-    gmax = -np.inf
-    r = -1
-    q = -1
-    for j in range(lo, hi):
-        g = G[j] + k * (np.float64(Ka[j]) - np.float64(Kb[j]))
-        G[j] = g
-        if g < gmin:
-            gmin = g
-            r = j
-        gq = g if gamma[j] > 0.0 else -np.inf
-        if gq > gmax:
-            gmax = gq
-            q = j
-    return gmin, gmax, r, q
-
-
-@njit(cache=True)
-def _update_select_cached(G, gamma, lo, hi, Ka, Kb, k, slot_of, sel):
-    """:func:`_update_select_range`, plus the same selection among the rows whose kernel row is
-    cached (``slot_of`` >= 0): sel[0:4] = (min G, max G over gamma > 0, argmin, argmax) over all
-    rows, sel[4:8] the same over the cached rows (argmin / argmax -1 where there is none)."""
+    cached = slot_of.shape[0] > 0
     gmin = np.inf
     gmax = -np.inf
     cmin = np.inf
@@ -186,27 +167,21 @@ def _update_select_cached(G, gamma, lo, hi, Ka, Kb, k, slot_of, sel):
         if gq > gmax:
             gmax = gq
             q = j
-        if slot_of[j] >= 0:
+        if cached and slot_of[j] >= 0:
             if g < cmin:
                 cmin = g
                 rc = j
             if gq > cmax:
                 cmax = gq
                 qc = j
-    sel[0] = gmin
-    sel[1] = gmax
-    sel[2] = r
-    sel[3] = q
-    sel[4] = cmin
-    sel[5] = cmax
-    sel[6] = rc
-    sel[7] = qc
+    return gmin, gmax, r, q, cmin, cmax, rc, qc
+
 
 
 @njit(cache=True)
 def _select_range(G, gamma, lo, hi):
-    """The selection of :func:`_update_select_range` without an update (k = 0 leaves G as it is)."""
-    return _update_select_range(G, gamma, lo, hi, G, G, 0.0)
+    """The selection of :func:`_update_select` without an update (k = 0 leaves G as it is)."""
+    return _update_select(G, gamma, lo, hi, G, G, 0.0, np.zeros(0, dtype=np.int64))[:4]
 
 
 @njit(cache=True)
@@ -314,26 +289,21 @@ def _smo(kernel, cache, diag, rows, v, y, cached_pair, inv_w, lam, gamma, G, m_p
     gmin_p, gmax_p, r_p, q_p = _select_range(G, gamma, 0, m_pos)
     gmin_n, gmax_n, r_n, q_n = _select_range(G, gamma, m_pos, m)
     partial = kernel and cache.slots.shape[0] < m and cached_pair > 0.0
-    sel_p = np.full(8, -1.0)
-    sel_n = np.full(8, -1.0)
+    slots = cache.slot_of if partial else np.zeros(0, dtype=np.int64)
+    rc_p = qc_p = rc_n = qc_n = -1
     n_hist = n_hist0
     it = it0
     viol = 0.0
     while True:
         v_p = gmax_p - gmin_p if q_p >= 0 else 0.0
         v_n = gmax_n - gmin_n if q_n >= 0 else 0.0
-        sel = sel_p if v_p >= v_n else sel_n
         if v_p >= v_n:
-            viol = v_p
-            r = r_p
-            q = q_p
+            viol, r, q, rc, qc = v_p, r_p, q_p, rc_p, qc_p
         else:
-            viol = v_n
-            r = r_n
-            q = q_n
+            viol, r, q, rc, qc = v_n, r_n, q_n, rc_n, qc_n
         if partial:  # a pair of cached rows (or one) that violates nearly as much: no kernel row to compute
-            rc = r if cache.slot_of[r] >= 0 else int(sel[6])
-            qc = q if cache.slot_of[q] >= 0 else int(sel[7])
+            rc = r if cache.slot_of[r] >= 0 else rc
+            qc = q if cache.slot_of[q] >= 0 else qc
             if rc >= 0 and qc >= 0 and (rc != r or qc != q) and G[qc] - G[rc] >= cached_pair * viol:
                 r = rc
                 q = qc
@@ -353,20 +323,14 @@ def _smo(kernel, cache, diag, rows, v, y, cached_pair, inv_w, lam, gamma, G, m_p
             eps, d_obj = _pair_step(gamma, G, inv_w, lam, g_r, g_q, dist_sq, r, q)
             # s_j += y_c eps (k(x_r, x_j) - k(x_q, x_j));  G_j += 2 (1 - lam) y_j (change of s_j)
             k = a * yc * eps
-            if partial:
-                _update_select_cached(G, gamma, 0, m_pos, Kr, Kq, k, cache.slot_of, sel_p)
-                _update_select_cached(G, gamma, m_pos, m, Kr, Kq, -k, cache.slot_of, sel_n)
-                gmin_p, gmax_p, r_p, q_p = sel_p[0], sel_p[1], int(sel_p[2]), int(sel_p[3])
-                gmin_n, gmax_n, r_n, q_n = sel_n[0], sel_n[1], int(sel_n[2]), int(sel_n[3])
-            else:
-                gmin_p, gmax_p, r_p, q_p = _update_select_range(G, gamma, 0, m_pos, Kr, Kq, k)
-                gmin_n, gmax_n, r_n, q_n = _update_select_range(G, gamma, m_pos, m, Kr, Kq, -k)
+            gmin_p, gmax_p, r_p, q_p, _, _, rc_p, qc_p = _update_select(G, gamma, 0, m_pos, Kr, Kq, k, slots)
+            gmin_n, gmax_n, r_n, q_n, _, _, rc_n, qc_n = _update_select(G, gamma, m_pos, m, Kr, Kq, -k, slots)
         else:
             dist_sq = diag[r] + diag[q] - 2.0 * _linear_dot(rows, r, q, delta)
             eps, d_obj = _pair_step(gamma, G, inv_w, lam, g_r, g_q, dist_sq, r, q)
             _linear_delta(rows, r, q, yc * eps, v, u, delta)
-            gmin_p, gmax_p, r_p, q_p = _update_select_range(G, gamma, 0, m_pos, u, zero, a)
-            gmin_n, gmax_n, r_n, q_n = _update_select_range(G, gamma, m_pos, m, u, zero, -a)
+            gmin_p, gmax_p, r_p, q_p = _update_select(G, gamma, 0, m_pos, u, zero, a, slots)[:4]
+            gmin_n, gmax_n, r_n, q_n = _update_select(G, gamma, m_pos, m, u, zero, -a, slots)[:4]
         obj += d_obj
         it += 1
         if hist_every > 0 and it % hist_every == 0 and n_hist < hist.shape[0]:
