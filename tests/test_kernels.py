@@ -237,7 +237,15 @@ def test_row_cache_dot_is_the_gram_product(X, rng, kind, sparse, dtype):
     tol = 1e-12 if dtype == np.float64 else 1e-6
     np.testing.assert_allclose(cache.dot(v, block_bytes=16 * 8 * X.shape[0]), K @ v, rtol=tol,
                                atol=tol * np.abs(K).max() * np.abs(v).sum())
+    V = rng.normal(size=(X.shape[0], 3))  # several columns in one pass over the rows
+    np.testing.assert_allclose(cache.dot(V, block_bytes=16 * 8 * X.shape[0]), K @ V, rtol=tol,
+                               atol=tol * np.abs(K).max() * np.abs(V).sum())
     full = KernelRowCache(spec, Xin, max_bytes=2**20, dtype=dtype)
     full.fill()
     np.testing.assert_allclose(full.dot(v), K @ v, rtol=tol, atol=tol * np.abs(K).max() * np.abs(v).sum())
     assert cache.misses == 3 and full.is_full  # dot caches nothing
+    pre = KernelRowCache(spec, Xin, max_bytes=7 * dtype().itemsize * X.shape[0], dtype=dtype)
+    assert pre.prefill() == 7 and pre.misses == 7 and not pre.is_full
+    np.testing.assert_array_equal(np.array([pre.row(i) for i in range(7)]), full.matrix()[:7])
+    np.testing.assert_allclose(pre.dot(V), K @ V, rtol=tol, atol=tol * np.abs(K).max() * np.abs(V).sum())
+    assert pre.misses == 7  # the products read the prefilled rows and cache nothing more

@@ -750,27 +750,32 @@ class KernelRowCache:
         return sp.csr_matrix((r.data, r.indices, r.indptr), shape=(st.slot_of.shape[0], r.n_features))
 
     def dot(self, v, *, block_bytes: int = 32 * 2**20) -> np.ndarray:
-        """K @ v in float64 without caching anything: cached rows are read, the others are
-        computed in blocks of at most ``block_bytes`` (float64) by BLAS products and the
-        compiled transform of :meth:`fill` (dense data), sparse products (CSR) or read from the
-        Gram matrix (precomputed). O(m^2 d) for the rows not cached."""
+        """K @ v in float64 for v of shape (m,) or (m, k), without caching anything: cached rows
+        are read, the others are computed in blocks of at most ``block_bytes`` (float64) by BLAS
+        products and the compiled kernel transform (dense data), sparse products (CSR) or read
+        from the Gram matrix (precomputed), once for all k columns. O(m^2 d) for the rows not
+        cached."""
         st = self.state
         v = np.ascontiguousarray(v, dtype=np.float64)
         m = v.shape[0]
-        out = np.empty(m)
-        cached = st.slot_of >= 0
-        _cached_rows_dot(st.slots, st.slot_of, np.flatnonzero(cached), v, out)
-        rest = np.flatnonzero(~cached)
+        V = v.reshape(m, -1)
+        out = np.empty(V.shape)
+        rows = np.flatnonzero(st.slot_of >= 0)
+        col = np.empty(m)
+        for c in range(V.shape[1]):
+            _cached_rows_dot(st.slots, st.slot_of, rows, np.ascontiguousarray(V[:, c]), col)
+            out[rows, c] = col[rows]
+        rest = np.flatnonzero(st.slot_of < 0)
         if rest.size == 0:
-            return out
+            return out.reshape(v.shape)
         if st.kind == KIND_PRECOMPUTED:
-            out[rest] = st.X[rest] @ v
-            return out
+            out[rest] = st.X[rest] @ V
+            return out.reshape(v.shape)
         X = self._data()
         on_device = _device_products(self.spec)
         if on_device is not None:
-            out[rest] = on_device(self.spec, X[rest], X, v, max_bytes=block_bytes)
-            return out
+            out[rest] = on_device(self.spec, X[rest], X, V, max_bytes=block_bytes)
+            return out.reshape(v.shape)
         dense = st.X.shape[0] > 0
         step = int(max(16, min(rest.size, block_bytes // (8 * m))))
         for a in range(0, rest.size, step):
@@ -778,8 +783,20 @@ class KernelRowCache:
             B = st.X[:, idx].T @ st.X if dense else (X[idx] @ X.T).toarray()
             B = np.ascontiguousarray(B, dtype=np.float64)
             _transform_block(st.kind, st.params, B, st.sq_norms[idx], st.sq_norms, st.work[1])
-            out[idx] = B @ v
-        return out
+            out[idx] = B @ V
+        return out.reshape(v.shape)
+
+    def prefill(self) -> int:
+        """Compute the first rows into their slots now, as many as the budget holds (all of
+        them, as :meth:`fill`, when they fit): for a caller that reads the kernel only through
+        :meth:`dot`, whose products then read those rows instead of computing them. Returns the
+        number of rows cached."""
+        m = self.state.slot_of.shape[0]
+        if self.n_slots >= m:
+            self.fill()
+            return m
+        _fill_rows(self.state, 0, self.n_slots)
+        return self.n_slots
 
     def matrix(self) -> np.ndarray | None:
         """The (m, m) Gram matrix when every row is cached (the storage itself after

@@ -33,7 +33,7 @@ import scipy.linalg as sla
 from scipy.sparse.linalg import LinearOperator, cg
 from sklearn.exceptions import ConvergenceWarning
 
-from ..kernels import KernelSpec, kernel_decision, kernel_matrix, psd_inverse_sqrt
+from ..kernels import DEFAULT_CACHE_BYTES, KernelRowCache, KernelSpec, kernel_matrix, psd_inverse_sqrt
 from ._gram import weighted_gram, x_dot, xt_dot
 from ._result import UnpackableResult
 
@@ -165,14 +165,22 @@ def _cholesky_solve(G, y, d):
     return sol[:, 0], sol[:, 1]
 
 
-def _cg_solve(spec, X, G, y, d, tol, max_iter, give_up=None):
+def _cg_solve(spec, X, G, y, d, tol, max_iter, give_up=None, max_bytes=None):
     """(eta, nu) by block PCG on (K + D) [z_1, z_2] = [1, y] (eta = Y z_1, nu = Y z_2) with the
-    Nyström preconditioner; products with G, or with kernel blocks when G is None. Returns
-    (eta, nu, iterations, converged)."""
+    Nyström preconditioner; products with G, or, when G is None, with the kernel rows of a
+    :class:`~margindist.kernels.KernelRowCache` of ``max_bytes`` (as many rows as it holds
+    computed once, the others in compiled blocks for each product). Returns (eta, nu,
+    iterations, converged)."""
     m = y.shape[0]
+    if G is None:
+        cache = KernelRowCache(spec, X, max_bytes=max_bytes or DEFAULT_CACHE_BYTES, dtype=np.float64)
+        cache.prefill()
+        kmul = cache.dot
+    else:
+        kmul = G.__matmul__
 
     def hmul(V):
-        return (G @ V if G is not None else kernel_decision(spec, X, X, V)) + d[:, None] * V
+        return kmul(V) + d[:, None] * V
 
     prec = nystroem_preconditioner(spec, X, G, d)
     Z, n_iter, converged = block_pcg(hmul, np.column_stack([np.ones(m), y]), prec, tol, max_iter, give_up)
@@ -205,7 +213,7 @@ def lssvm_kernel(spec: KernelSpec, X, y, sample_weight, C, *, solver="cholesky",
         eta, nu = _cholesky_solve(G, y, d)
     else:
         give_up = max(m / AUTO_CG_RATIO, 2 * _GIVE_UP_AFTER) if solver == "auto" else None
-        eta, nu, n_iter, converged = _cg_solve(spec, X, G, y, d, tol, max_iter, give_up)
+        eta, nu, n_iter, converged = _cg_solve(spec, X, G, y, d, tol, max_iter, give_up, max_bytes)
         if solver == "auto" and not converged:
             if log is not None:
                 log.info("LSSVM: CG predicted more than %d iterations after %d; Cholesky instead", give_up, n_iter)
