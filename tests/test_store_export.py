@@ -146,3 +146,18 @@ def test_usage_errors(tmp_path, capsys):
     assert main(["store", "import", str(tmp_path / "f.jsonl"), "--out", str(tmp_path)]) == 2
     assert "is not empty and holds no margindist results" in capsys.readouterr().err
     assert main(["store"]) == 2
+
+
+def test_failed_records_and_numpy_values_travel_too(tmp_path):
+    import numpy as np
+
+    failed = _record("k3", score=None, status="failed", fit_time=None,
+                     info={"error": "ValueError: boom", "traceback": "Traceback ...\n  line 1\n"})
+    ok = _record("k4", score=np.float64(0.75), params={"C": np.float64(2.0), "p": np.int64(3)})
+    _store(tmp_path / "src", failed, ok)
+    assert main(["store", "export", str(tmp_path / "src"), str(tmp_path / "f.jsonl.gz"), "--quiet"]) == 0
+    assert main(["store", "import", str(tmp_path / "f.jsonl.gz"), "--out", str(tmp_path / "dst"), "--quiet"]) == 0
+    with ResultStore(tmp_path / "src" / "results.sqlite") as a, ResultStore(tmp_path / "dst" / "results.sqlite") as b:
+        assert a.all_records() == b.all_records()
+        assert b.get("k3")["info"]["traceback"].endswith("line 1\n") and b.get("k3")["score"] is None
+        assert b.get("k4")["params"] == {"C": 2.0, "p": 3}
