@@ -331,8 +331,8 @@ def psd_inverse_sqrt(K) -> np.ndarray:
 # LRU kernel-row cache shared by the numba solvers (ODM/LDM kernel DCD, KM-OMD SMO, ...)
 # --------------------------------------------------------------------------------------
 
-#: Columns per block of the dense row computation (a block of the output row stays in L1).
-_ROW_BLOCK = 2048
+#: Columns per chunk of the dense row computation (a chunk of the row stays in L1).
+_ROW_CHUNK = 512
 
 # exp(x) for x <= 0 in vectorisable passes: x = k ln 2 + r, |r| <= ln(2) / 2 (Cody-Waite), e^r by
 # its Taylor polynomial of degree 12 (truncation < 2e-16 relative), 2^k assembled in the exponent bits.
@@ -388,21 +388,28 @@ def _poly_inplace(v, gamma, coef0, degree, scratch):
 
 
 @njit(cache=True)
-def _dot_rows_dense(XT, i, out):
-    """out[j] = <x_i, x_j> from X^T (d, m), summed over the features in their order (so that
-    <x_i, x_j> and <x_j, x_i> are the same float: the cached kernel is exactly symmetric). Column
-    blocks of ``_ROW_BLOCK`` and 1-d slices keep the inner loop a vectorised axpy in L1."""
-    d, m = XT.shape
-    for start in range(0, m, _ROW_BLOCK):
-        stop = min(start + _ROW_BLOCK, m)
-        o = out[start:stop]
-        for j in range(o.shape[0]):
-            o[j] = 0.0
-        for f in range(d):
-            c = XT[f, i]
-            xf = XT[f, start:stop]
-            for j in range(o.shape[0]):
-                o[j] += xf[j] * c
+def _dot_chunk_dense(XT, i, start, stop, o):
+    """o[j - start] = <x_i, x_j> for j in start..stop-1 from X^T (d, m), the features summed in
+    groups of four in their order (so that <x_i, x_j> and <x_j, x_i> are the same float: the
+    cached kernel is exactly symmetric): each pass over the chunk adds four features, a
+    vectorised loop in L1."""
+    d = XT.shape[0]
+    n = stop - start
+    for j in range(n):
+        o[j] = 0.0
+    f = 0
+    while f + 4 <= d:
+        c0, c1, c2, c3 = XT[f, i], XT[f + 1, i], XT[f + 2, i], XT[f + 3, i]
+        x0, x1, x2, x3 = XT[f, start:stop], XT[f + 1, start:stop], XT[f + 2, start:stop], XT[f + 3, start:stop]
+        for j in range(n):
+            o[j] += (x0[j] * c0 + x1[j] * c1) + (x2[j] * c2 + x3[j] * c3)
+        f += 4
+    while f < d:
+        c = XT[f, i]
+        xf = XT[f, start:stop]
+        for j in range(n):
+            o[j] += xf[j] * c
+        f += 1
 
 
 @njit(cache=True)
@@ -415,37 +422,53 @@ def _dot_rows_csr(rows, i, out, scratch):
 
 
 @njit(cache=True)
+def _transform_chunk(kind, params, o, sq, si, scratch):
+    """Dot products o[j] = <x_i, x_j> into kernel values in place (nothing to do for linear);
+    RBF: ``sq`` the ||x_j||^2 of the chunk, ``si`` = ||x_i||^2; ``scratch``: float64 work
+    array of o's length."""
+    gamma, coef0, degree = params[0], params[1], params[2]
+    n = o.shape[0]
+    if kind == KIND_RBF:
+        for j in range(n):
+            o[j] = -gamma * max(si + sq[j] - 2.0 * o[j], 0.0)
+        _exp_nonpositive(o, scratch)
+    elif kind == KIND_POLY:
+        _poly_inplace(o, gamma, coef0, degree, scratch)
+    elif kind == KIND_SIGMOID:
+        for j in range(n):
+            o[j] = np.tanh(gamma * o[j] + coef0)
+
+
+@njit(cache=True)
 def compute_kernel_row(cache, i, out):
     """Fill ``out`` (length m, float64 or float32) with k(x_i, x_j) for all training rows j (no
-    caching). The values are computed in float64 and rounded once when ``out`` is float32."""
+    caching). The values are computed in float64 and rounded once when ``out`` is float32;
+    dense rows in chunks of ``_ROW_CHUNK`` columns that stay in L1 from the dot products to the
+    store."""
     kind = cache.kind
-    params = cache.params
     Xd = cache.X
     m = out.shape[0]
     if kind == KIND_PRECOMPUTED:  # X is the (symmetric) Gram matrix
         for j in range(m):
             out[j] = Xd[i, j]
         return
-    work = cache.work
-    buf = work[0]
-    if Xd.shape[0] > 0:
-        _dot_rows_dense(Xd, i, buf)
-    else:
+    work, sqn = cache.work, cache.sq_norms
+    si = sqn[i] if sqn.shape[0] > 0 else 0.0
+    if Xd.shape[0] == 0:  # CSR rows: the whole row of dot products, then the transform
+        buf = work[0]
         _dot_rows_csr(cache.rows, i, buf, cache.scratch)
-    gamma, coef0, degree = params[0], params[1], params[2]
-    if kind == KIND_RBF:
-        sqn = cache.sq_norms
-        si = sqn[i]
+        _transform_chunk(kind, cache.params, buf, sqn, si, work[1])
         for j in range(m):
-            buf[j] = -gamma * max(si + sqn[j] - 2.0 * buf[j], 0.0)
-        _exp_nonpositive(buf, work[1])
-    elif kind == KIND_POLY:
-        _poly_inplace(buf, gamma, coef0, degree, work[1])
-    elif kind == KIND_SIGMOID:
-        for j in range(m):
-            buf[j] = np.tanh(gamma * buf[j] + coef0)
-    for j in range(m):
-        out[j] = buf[j]
+            out[j] = buf[j]
+        return
+    for start in range(0, m, _ROW_CHUNK):
+        stop = min(start + _ROW_CHUNK, m)
+        o = work[0, : stop - start]
+        _dot_chunk_dense(Xd, i, start, stop, o)
+        _transform_chunk(kind, cache.params, o, sqn[start:stop], si, work[1, : stop - start])
+        ob = out[start:stop]
+        for j in range(stop - start):
+            ob[j] = o[j]
 
 
 @njit(cache=True)
@@ -508,19 +531,8 @@ def _claim_slot(cache, i):
 @njit(cache=True)
 def _transform_block(kind, params, B, sq_rows, sq_cols, scratch):
     """Dot products B[a, b] = <x_a, x_b> into kernel values in place (nothing to do for linear)."""
-    gamma, coef0, degree = params[0], params[1], params[2]
     for a in range(B.shape[0]):
-        row = B[a]
-        if kind == KIND_RBF:
-            sa = sq_rows[a]
-            for b in range(row.shape[0]):
-                row[b] = -gamma * max(sa + sq_cols[b] - 2.0 * row[b], 0.0)
-            _exp_nonpositive(row, scratch[: row.shape[0]])
-        elif kind == KIND_POLY:
-            _poly_inplace(row, gamma, coef0, degree, scratch[: row.shape[0]])
-        elif kind == KIND_SIGMOID:
-            for b in range(row.shape[0]):
-                row[b] = np.tanh(gamma * row[b] + coef0)
+        _transform_chunk(kind, params, B[a], sq_cols, sq_rows[a], scratch[: B.shape[1]])
 
 
 @njit(cache=True)
