@@ -157,6 +157,49 @@ def test_greedy_selection_needs_far_fewer_steps_on_a_creeping_dual(rng):
     assert f(greedy.a) == pytest.approx(f(plain.a), rel=1e-6)  # the same point to the tolerance
 
 
+@pytest.mark.parametrize("bias,ldm", [(1.0, True), (1.0, False), (0.0, True)])
+def test_pair_steps_reach_the_optimum(rng, bias, ldm):
+    """Pair and single steps (``selection="pairs"``) end on scipy's optimum of the box QP and on
+    the greedy steps' point, LDM's hinge dual (D = 0, p = -1) or a strictly convex one, from zero
+    and from a start a0 (where they stop at once)."""
+    X, y, n_var, D, p, U = _problem(rng, m=120, two_sided=False, finite_box=True)
+    m = X.shape[0]
+    K = resolve_kernel("rbf", X, gamma=0.2)(X)
+    if ldm:
+        D[:], p[:] = 0.0, -1.0
+    kw = dict(n_var=n_var, gram=K, bias=bias, tol=1e-10, max_iter=100000, random_state=0)
+    pairs = dcd_kernel(y, D, p, U, selection="pairs", **kw)
+    greedy = dcd_kernel(y, D, p, U, selection="greedy", **kw)
+    assert pairs.converged
+    Q = (y[:, None] * (K + bias**2)) * y[None, :]
+    ref, f = _reference(Q, D, p, U, m)
+    assert f(pairs.a) == pytest.approx(ref, rel=1e-7, abs=1e-9)
+    np.testing.assert_allclose(pairs.u, Q @ pairs.a, atol=1e-9)  # the kept products are exact
+    np.testing.assert_allclose(pairs.a, greedy.a, atol=1e-6)
+    assert dcd_kernel(y, D, p, U, a0=pairs.a, selection="pairs", **kw).n_iter <= 1
+    with pytest.raises(ValueError, match="one variable per sample"):
+        dcd_kernel(y, D, p, np.inf, n_var=2 * m, gram=K, selection="pairs")
+
+
+def test_pair_steps_need_far_fewer_steps_along_the_stiff_direction(rng):
+    """An SVM-type dual at a large C on an RBF kernel of wide width (a large near-constant part)
+    with a regularised intercept: Q = Y (K + 1) Y is stiff along y, where single-variable greedy
+    steps zigzag; pair steps keep sum y a and take a fraction of the steps to the same point."""
+    X, y, _, _, _, _ = _problem(rng, m=300, d=3)
+    K = resolve_kernel("rbf", X, gamma=0.3)(X)
+    U = np.full(300, 100.0)
+    kw = dict(n_var=300, gram=K, bias=1.0, tol=1e-3, max_iter=100000, random_state=0)
+    greedy = dcd_kernel(y, 0.0, -1.0, U, selection="greedy", **kw)
+    pairs = dcd_kernel(y, 0.0, -1.0, U, selection="pairs", **kw)
+    assert greedy.converged and pairs.converged
+    assert pairs.n_iter * 3 < greedy.n_iter, (pairs.n_iter, greedy.n_iter)
+
+    def f(a):
+        return 0.5 * (y * a) @ (K + 1.0) @ (y * a) - a.sum()
+
+    assert f(pairs.a) == pytest.approx(f(greedy.a), rel=1e-5)
+
+
 def test_offsets_linear_and_kernel_agree(rng):
     """A linear offset w0 and the kernel offset u0 = Y Xh w0 define the same problem."""
     X, y, _, _, _, _ = _problem(rng, two_sided=False, finite_box=True)

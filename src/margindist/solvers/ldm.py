@@ -262,7 +262,9 @@ def hinge_dcd(y, s, C, kw, beta0, max_iter, *, u0, random_state, warn=True, q0=N
     """The hinge block of the kernel LDM duals, min 1/2 b^T Q b + (u0 - e)^T b over
     0 <= b <= C s, by :func:`~margindist.solvers.dcd.dcd_kernel` (Q and the row source in
     ``kw``, with y): up to ``_GREEDY_AFTER`` random-order epochs, then greedy steps when those
-    have not converged (see :func:`ldm_dcd_kernel`). ``q0``: Q beta0 when the caller has it.
+    have not converged (see :func:`ldm_dcd_kernel`): on kernel rows (the bcd path) with pair steps
+    too (``selection="pairs"``: LDM at C = 100 on 5000 rows of magic 15.5 s -> 3.0 s, the
+    greedy single steps creeping along the direction y). ``q0``: Q beta0 when the caller has it.
     ``warn``: a ConvergenceWarning at ``max_iter``. Returns (DCDResult, epochs)."""
     label = "LDM" if warn else None
     first = min(max_iter, _GREEDY_AFTER)
@@ -270,8 +272,10 @@ def hinge_dcd(y, s, C, kw, beta0, max_iter, *, u0, random_state, warn=True, q0=N
                      warn_label=label if first == max_iter else None, **kw)
     n_iter = res.n_iter
     if not res.converged and max_iter > first:
+        # kernel rows (bcd): pair steps too, immune to the stiff direction y (dcd._kernel_pairs)
+        selection = "pairs" if kw.get("cache") is not None else "greedy"
         res = dcd_kernel(y, 0.0, -1.0, C * s, a0=res.a, q0=res.u - u0, max_iter=max_iter - first, u0=u0,
-                         random_state=random_state, warn_label=label, selection="greedy", **kw)
+                         random_state=random_state, warn_label=label, selection=selection, **kw)
         n_iter += res.n_iter
     return res, n_iter
 
