@@ -177,6 +177,10 @@ def test_pair_steps_reach_the_optimum(rng, bias, ldm):
     np.testing.assert_allclose(pairs.u, Q @ pairs.a, atol=1e-9)  # the kept products are exact
     np.testing.assert_allclose(pairs.a, greedy.a, atol=1e-6)
     assert dcd_kernel(y, D, p, U, a0=pairs.a, selection="pairs", **kw).n_iter <= 1
+    small = KernelRowCache(KernelSpec("precomputed"), K, max_bytes=30 * 8 * m)  # rows on demand
+    kw_small = {**kw, "gram": None, "cache": small}
+    np.testing.assert_allclose(dcd_kernel(y, D, p, U, selection="pairs", **kw_small).a, pairs.a, atol=1e-6)
+    assert small.n_slots == 30 and small.misses > 30
     with pytest.raises(ValueError, match="one variable per sample"):
         dcd_kernel(y, D, p, np.inf, n_var=2 * m, gram=K, selection="pairs")
 

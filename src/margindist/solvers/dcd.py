@@ -509,6 +509,9 @@ def _kernel_greedy(kp, qp, opts, a):
 
 #: Curvature floor of a pair step (LIBSVM's tau).
 _PAIR_TAU = 1e-12
+#: With a partial cache a pair step takes cached rows when they violate by at least this fraction
+#: of the maximal pair (as KM-OMD's SMO: ``kmomd_kernel(cached_pair=...)``).
+_PAIR_CACHED = 0.7
 
 
 @njit(cache=True)
@@ -547,16 +550,19 @@ def _pair_scan(kp, qp, a):
 
 
 @njit(cache=True)
-def _pair_partner(kp, qp, a, i, up, row_i):
+def _pair_partner(kp, qp, a, i, up, row_i, slot_of, frac):
     """LIBSVM's second-order choice of j for the pair (i, j): among the variables that may move
     by -y_j with -y_j g_j < ``up``, the one of largest b^2 / c, b = up + y_j g_j, c the
-    curvature along the pair (``row_i``: kernel row i). Returns (j, t, decrease) for the step
+    curvature along the pair (``row_i``: kernel row i). With a partial cache (``slot_of`` not
+    empty) an uncached j gives way to the best cached one when that scores at least ``frac``^2
+    as much (a step that computes no kernel row). Returns (j, t, decrease) for the step
     a_i += y_i t, a_j -= y_j t, t the exact minimiser clipped to the box (j = -1: none)."""
     y, kv, o = qp.y, kp.kv, kp.o
     m = y.shape[0]
     base = kp.bias2 * kp.sb[0]
     kii = qp.qd[i] + qp.D[i]
-    best, j = 0.0, -1
+    cached = slot_of.shape[0] > 0
+    best, j, best_c, j_c = 0.0, -1, 0.0, -1
     for k in range(m):
         if (y[k] > 0.0 and a[k] <= 0.0) or (y[k] < 0.0 and a[k] >= qp.U[k]):
             continue
@@ -567,8 +573,12 @@ def _pair_partner(kp, qp, a, i, up, row_i):
         c = max(kii + qp.qd[k] + qp.D[k] - 2.0 * (np.float64(row_i[k]) + kp.bias2), _PAIR_TAU)
         if b * b / c > best:
             best, j = b * b / c, k
+        if cached and b * b / c > best_c and slot_of[k] >= 0:
+            best_c, j_c = b * b / c, k
     if j < 0:
         return -1, 0.0, 0.0
+    if cached and j_c >= 0 and j_c != j and slot_of[j] < 0 and best_c >= frac * frac * best:
+        j = j_c
     g_j = y[j] * (kv[j] + base) + o[j] + qp.D[j] * a[j] + qp.p[j]
     b = up + y[j] * g_j
     c = max(kii + qp.qd[j] + qp.D[j] - 2.0 * (np.float64(row_i[j]) + kp.bias2), _PAIR_TAU)
@@ -590,21 +600,26 @@ def _kernel_pairs(kp, qp, opts, a):
     step (or the best single step when that decreases the objective more); once they are within
     ``tol``, the best single step moves sum_i y_i a_i. The stopping rule is the single-variable
     one (the optimality conditions of the box QP), so the optimum and its certificate are those
-    of :func:`_kernel_greedy` (the same SVM dual: 76 000 pair and 14 single steps).
-    ``opts.max_iter`` counts n_var steps; returns (steps / n_var rounded up, converged)."""
+    of :func:`_kernel_greedy` (the same SVM dual: 76 000 pair and 14 single steps). With a
+    partial cache rows are computed on demand (the partner preferring cached rows): LDM on
+    14 000 rows of magic with a quarter of them cached, C = 10 and 100, 7.7 s and 27 s against
+    17.8 s and about 170 s for the block sweeps. ``opts.max_iter`` counts n_var steps; returns
+    (steps / n_var rounded up, converged)."""
     y, cache = qp.y, kp.cache
     m = y.shape[0]
     max_steps = opts.max_iter * m
     ps, pc = np.zeros(1, dtype=np.int64), np.zeros(1)
     stats = np.empty(2)
     steps = 0
+    partial = cache.slots.shape[0] < m
+    slot_of = cache.slot_of if partial else np.zeros(0, dtype=np.int64)
     while steps < max_steps:
         spread, k, gain, i, up, low = _pair_scan(kp, qp, a)
         if spread <= opts.tol:
             return -(-steps // m), True
         j, t, pair_gain = -1, 0.0, 0.0
         if up > low and i >= 0:
-            j, t, pair_gain = _pair_partner(kp, qp, a, i, up, cache_row(cache, i))
+            j, t, pair_gain = _pair_partner(kp, qp, a, i, up, cache_row(cache, i), slot_of, _PAIR_CACHED)
         if j >= 0 and t > 0.0 and (up - low > opts.tol or pair_gain > gain):
             a[i] += y[i] * t
             a[j] -= y[j] * t
@@ -665,8 +680,8 @@ def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=N
         variable whose step lowers the objective most (:func:`_kernel_greedy`; ``max_iter``
         then counts n_var steps, ``n_iter`` the steps / n_var); ``"pairs"`` (n_var = m): pair
         steps of LIBSVM's working-set selection, which keep sum_i y_i a_i, and single steps
-        (:func:`_kernel_pairs`). With a smaller cache, both are the block sweeps of the random
-        selection.
+        (:func:`_kernel_pairs`; with a smaller cache too, rows computed on demand). With a
+        smaller cache ``"greedy"`` is the block sweeps of the random selection.
     Returns DCDResult with u = Q gamma + o.
     """
     y = np.ascontiguousarray(y, dtype=np.float64)
@@ -704,7 +719,7 @@ def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=N
     path, qp = KernelPath(cache.state, kv, sb, o, bias2), BoxQP(y, qd, D, p, U)
     opts = DCDOptions(float(tol), int(max_iter), bool(shrinking), _GROUP)
     block = _cache_block(cache.state.slots.shape[0], m)
-    if selection == "pairs" and block is None:
+    if selection == "pairs":  # also with a partial cache: a pair step needs only its two rows
         it, conv = _kernel_pairs(path, qp, opts, a)
     elif selection == "greedy" and block is None:
         it, conv = _kernel_greedy(path, qp, opts, a)
