@@ -588,7 +588,7 @@ def _pair_partner(kp, qp, a, i, up, row_i, slot_of, frac):
 
 @njit(cache=True)
 def _kernel_pairs(kp, qp, opts, a):
-    """Pair steps, as LIBSVM's SMO, and single-variable steps, every kernel row at hand.
+    """Pair steps, as LIBSVM's SMO, and single-variable steps on kernel rows.
 
     The direction a_i += y_i t, a_j -= y_j t keeps sum_i y_i a_i, so its curvature
     K_ii + K_jj - 2 K_ij (+ D_i + D_j) misses the stiff direction y of Q = Y (K + B^2) Y: the
