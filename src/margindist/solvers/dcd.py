@@ -454,6 +454,18 @@ def _kernel_block_epochs(kp, qp, opts, a, rng, block):
     return it, converged
 
 
+@njit(cache=True, inline="always")
+def _step_gain(g, ak, uk, h, best):
+    """(projected gradient, decrease of the exact projected step) of a variable a_k in [0, uk]
+    with gradient g and curvature h; the decrease is 0 when even the unclipped step's, pg^2 / (2 h),
+    cannot beat ``best`` (the clipped step is then not worked out)."""
+    pg = min(g, 0.0) if ak <= 0.0 else (max(g, 0.0) if ak >= uk else g)
+    if pg == 0.0 or (h > 0.0 and pg * pg <= 2.0 * h * best):
+        return pg, 0.0
+    step = (uk if g < 0.0 else 0.0) - ak if h <= 0.0 else min(max(ak - g / h, 0.0), uk) - ak
+    return pg, -(g * step + 0.5 * h * step * step)
+
+
 @njit(cache=True)
 def _greedy_pick(kp, qp, a):
     """The variable whose exact projected step lowers the objective most, and the spread
@@ -471,14 +483,9 @@ def _greedy_pick(kp, qp, a):
         for i in range(m):
             k = i + side * m
             g = sg * (y[i] * (kv[i] + base) + o[i]) + qp.D[k] * a[k] + qp.p[k]
-            pg = min(g, 0.0) if a[k] <= 0.0 else (max(g, 0.0) if a[k] >= qp.U[k] else g)
+            pg, gain = _step_gain(g, a[k], qp.U[k], qp.qd[i] + qp.D[k], best)
             hi = max(hi, pg)
             lo = min(lo, pg)
-            h = qp.qd[i] + qp.D[k]
-            if pg == 0.0 or (h > 0.0 and pg * pg <= 2.0 * h * best):
-                continue
-            step = (qp.U[k] if g < 0.0 else 0.0) - a[k] if h <= 0.0 else min(max(a[k] - g / h, 0.0), qp.U[k]) - a[k]
-            gain = -(g * step + 0.5 * h * step * step)
             if gain > best:
                 best, pick = gain, k
     return pick, hi - lo
@@ -530,7 +537,7 @@ def _pair_scan(kp, qp, a):
     for k in range(m):
         g = y[k] * (kv[k] + base) + o[k] + qp.D[k] * a[k] + qp.p[k]
         at_lo, at_hi = a[k] <= 0.0, a[k] >= qp.U[k]
-        pg = min(g, 0.0) if at_lo else (max(g, 0.0) if at_hi else g)
+        pg, gain = _step_gain(g, a[k], qp.U[k], qp.qd[k] + qp.D[k], best)
         hi = max(hi, pg)
         lo = min(lo, pg)
         v = -y[k] * g
@@ -539,11 +546,6 @@ def _pair_scan(kp, qp, a):
                 up, i_up = v, k
         if (y[k] > 0.0 and not at_lo) or (y[k] < 0.0 and not at_hi):
             low = min(low, v)
-        h = qp.qd[k] + qp.D[k]
-        if pg == 0.0 or (h > 0.0 and pg * pg <= 2.0 * h * best):
-            continue
-        step = (qp.U[k] if g < 0.0 else 0.0) - a[k] if h <= 0.0 else min(max(a[k] - g / h, 0.0), qp.U[k]) - a[k]
-        gain = -(g * step + 0.5 * h * step * step)
         if gain > best:
             best, pick = gain, k
     return hi - lo, pick, best, i_up, up, low
