@@ -233,7 +233,8 @@ def test_refit_false_keeps_the_search_only(data, folds):
     (KMOMDCV, "margindist.solvers.kmomd", "KernelRowCache", {"lam": [0.1, 0.3, 0.6]},
      {"kernel": "rbf", "gamma": 1.0}),
     (LSSVMCV, "margindist.models.lssvm", "kernel_matrix", {"C": [0.5, 2.0, 8.0]}, {"kernel": "rbf", "gamma": 1.0}),
-    (LDMCV, "margindist.models.ldm", "LDMKernelBase", {"C": [0.5, 2.0, 8.0]}, {"kernel": "rbf", "gamma": 1.0}),
+    (LDMCV, "margindist.models.ldm", "LDMKernelBase", {"C": [0.5, 2.0, 8.0]},
+     {"kernel": "rbf", "gamma": 1.0, "solver": "dcd"}),
     (LDMCV, "margindist._base", "KernelRowCache", {"C": [0.5, 2.0, 8.0]},
      {"kernel": "rbf", "gamma": 1.0, "solver": "bcd"}),
 ])

@@ -118,17 +118,15 @@ def test_estimator_bcd_and_dcd_agree_and_auto_is_bcd_on_scaled_data():
     assert LDM(kernel="rbf")._resolve_solver(X, resolve_kernel("rbf", X)) == "bcd"
 
 
-def test_auto_factorises_for_the_grid_points_of_a_search_on_small_data(monkeypatch):
-    """Inside a grid search on a few hundred rows, the factorised path's set-up is shared by the
-    grid points of one lambda1: auto picks it there, and block coordinate descent alone."""
+def test_auto_is_bcd_inside_a_grid_search_too(monkeypatch):
+    """Block coordinate descent with pair steps outruns the factorised path even where a grid
+    search shares its set-up: auto picks it for the grid points of a search as for a fit alone."""
     X, _ = _scaled("australian")
     spec = resolve_kernel("rbf", X)
     est = LDM(kernel="rbf")
     assert est._resolve_solver(X, spec) == "bcd"  # alone
     monkeypatch.setattr(LDM, "_shares_set_up", lambda self, X=None: True)
-    assert est._resolve_solver(X, spec) == "dcd"
-    big = np.repeat(X, 4, axis=0)  # 2760 rows: past the shared-set-up limit
-    assert est._resolve_solver(big, spec) == "bcd"
+    assert est._resolve_solver(X, spec) == "bcd"
 
 
 def test_auto_factorises_when_the_variance_term_dominates():

@@ -66,10 +66,6 @@ _DCD_MAX_ITER = 10000
 #: settle on unscaled features (coupling 1e10).
 _BCD_MAX_COUPLING = 64.0
 _FACTOR_MAX_SAMPLES = 10000
-#: solver="auto", kernel, inside a grid search: the factorised path up to this many rows, its
-#: set-up shared by the grid points of one lambda1 (heart, the paper's grid cut to 81 points:
-#: 5.2 s against 6.5 s for block coordinate descent, which is the faster of the two per fit).
-_FACTOR_SHARED_MAX_SAMPLES = 2000
 
 
 def _variance_coupling(kernel, X, lambda1, bias):
@@ -162,9 +158,7 @@ class LDM(BaseMarginClassifier):
           row read per step. Gives :meth:`partial_fit`.
         * ``"auto"``: kernel -> ``"bcd"``, unless the variance term outweighs the regulariser
           by more than 64 (4 lambda1 times the mean of k(x, x) + 1: unscaled features) on at
-          most 10000 rows, where block coordinate descent needs many rounds, or the fit is a
-          grid point of a search on at most 2000 rows (the factorisation is shared by the
-          points of one lambda1): ``"dcd"``.
+          most 10000 rows, where block coordinate descent needs many rounds: ``"dcd"``.
           Linear -> ``"dcd"`` (exact) if X is dense, n_samples <= 50000, n_features <= 2000
           and its dense working arrays (about three of m x (d + 1)) take at most 1 GiB, else ``"asgd"`` (the paper's large-scale solver; in
           the benchmarks it matched the DCD solution's test accuracy at 100k samples in a
@@ -339,9 +333,10 @@ class LDM(BaseMarginClassifier):
                 )
             if solver == "auto":
                 m = X.shape[0]
+                # grid searches too: block coordinate descent with pair steps outruns the factorised
+                # path's shared set-up (heart, the paper's 735 points: LDMCV 7.3 s against 56 s)
                 strong = _variance_coupling(kernel, X, float(self.lambda1), self._bias()) > _BCD_MAX_COUPLING
-                shared = m <= _FACTOR_SHARED_MAX_SAMPLES and self._shares_set_up()
-                return "dcd" if shared or (strong and m <= _FACTOR_MAX_SAMPLES) else "bcd"
+                return "dcd" if strong and m <= _FACTOR_MAX_SAMPLES else "bcd"
             return solver
         if solver == "bcd":
             raise ValueError("solver='bcd' is the kernel path's; the linear kernel uses 'dcd' or 'asgd' (or 'auto').")
