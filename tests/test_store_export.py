@@ -161,3 +161,13 @@ def test_failed_records_and_numpy_values_travel_too(tmp_path):
         assert a.all_records() == b.all_records()
         assert b.get("k3")["info"]["traceback"].endswith("line 1\n") and b.get("k3")["score"] is None
         assert b.get("k4")["params"] == {"C": 2.0, "p": 3}
+
+
+def test_import_is_refused_while_a_run_holds_the_store(tmp_path, capsys):
+    _store(tmp_path / "src", _record("k1"))
+    assert main(["store", "export", str(tmp_path / "src"), str(tmp_path / "f.jsonl"), "--quiet"]) == 0
+    _store(tmp_path / "dst", _record("k0"))
+    with ResultStore(tmp_path / "dst" / "results.sqlite", exclusive=True):
+        assert main(["store", "import", str(tmp_path / "f.jsonl"), "--out", str(tmp_path / "dst")]) == 1
+        assert "Another margindist run is using the result store" in capsys.readouterr().err
+    assert _scores(tmp_path / "dst") == {"k0": 0.5}
