@@ -68,6 +68,14 @@ def test_lssvm_cg_equals_cholesky(heart):
     # kernel CG with the Gram matrix recomputed in blocks (budget below the m x m matrix)
     blocks = LSSVM(C=2.0, kernel="rbf", solver="cg", tol=1e-12, cache_size=0.01).fit(X, y)
     np.testing.assert_allclose(blocks.decision_function(X), direct.decision_function(X), rtol=1e-6, atol=1e-8)
+    # a callable kernel beyond the budget: evaluated in blocks, not as a whole Gram matrix
+    gamma = blocks._kernel_fit_.gamma
+
+    def rbf(A, B):
+        return pairwise_kernels(A, B, metric="rbf", gamma=gamma)
+
+    called = LSSVM(C=2.0, kernel=rbf, solver="cg", tol=1e-12, cache_size=0.01).fit(X, y)
+    np.testing.assert_allclose(called.decision_function(X), direct.decision_function(X), rtol=1e-6, atol=1e-8)
 
 
 def test_lssvm_kernel_cg_is_preconditioned_and_weighted(heart, rng):

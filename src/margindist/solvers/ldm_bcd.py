@@ -21,8 +21,8 @@ minimised in turn, with no m x m set-up:
 * beta with gamma fixed: an SVM-type box QP over Q = Y (K + B^2) Y whose linear term carries
   the margins of -sum gamma_i psi_i + lambda2 mu (the offset ``u0``). Solved by
   :func:`~margindist.solvers.dcd.dcd_kernel` with rows from a
-  :class:`~margindist.kernels.KernelRowCache` (the random epochs of the factorised path, then
-  greedy single and LIBSVM-type pair steps), warm-started at the previous beta.
+  :class:`~margindist.kernels.KernelRowCache` by LIBSVM-type pair steps and greedy single
+  steps (:func:`~margindist.solvers.ldm.hinge_dcd`), warm-started at the previous beta.
 * gamma with beta fixed: the linear system (P + D) gamma = ..., P_ij = <psi_i, psi_j>,
   D = diag(S / (4 lambda1 s_i)), symmetric positive definite; conjugate gradients with a
   Jacobi preconditioner, one kernel product per iteration (P x is the centred margin vector

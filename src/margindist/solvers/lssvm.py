@@ -33,7 +33,7 @@ import scipy.linalg as sla
 from scipy.sparse.linalg import LinearOperator, cg
 from sklearn.exceptions import ConvergenceWarning
 
-from ..kernels import DEFAULT_CACHE_BYTES, KernelRowCache, KernelSpec, kernel_matrix, psd_inverse_sqrt
+from ..kernels import DEFAULT_CACHE_BYTES, KernelRowCache, KernelSpec, kernel_decision, kernel_matrix, psd_inverse_sqrt
 from ._gram import weighted_gram, x_dot, xt_dot
 from ._result import UnpackableResult
 
@@ -169,15 +169,19 @@ def _cg_solve(spec, X, G, y, d, tol, max_iter, give_up=None, max_bytes=None):
     """(eta, nu) by block PCG on (K + D) [z_1, z_2] = [1, y] (eta = Y z_1, nu = Y z_2) with the
     Nyström preconditioner; products with G, or, when G is None, with the kernel rows of a
     :class:`~margindist.kernels.KernelRowCache` of ``max_bytes`` (as many rows as it holds
-    computed once, the others in compiled blocks for each product). Returns (eta, nu,
-    iterations, converged)."""
+    computed once, the others in compiled blocks for each product; a callable kernel, which a
+    row cache would evaluate whole, in blocks of :func:`~margindist.kernels.kernel_decision`).
+    Returns (eta, nu, iterations, converged)."""
     m = y.shape[0]
-    if G is None:
+    if G is not None:
+        kmul = G.__matmul__
+    elif spec.kind == "callable":
+        def kmul(V):
+            return kernel_decision(spec, X, X, V)
+    else:
         cache = KernelRowCache(spec, X, max_bytes=max_bytes or DEFAULT_CACHE_BYTES, dtype=np.float64)
         cache.prefill()
         kmul = cache.dot
-    else:
-        kmul = G.__matmul__
 
     def hmul(V):
         return kmul(V) + d[:, None] * V
