@@ -142,8 +142,8 @@ class KMOMDResult(SolverResult):
 def _update_select(G, gamma, lo, hi, Ka, Kb, k, slot_of):
     """G_j += k (Ka_j - Kb_j) on rows lo..hi-1, fused with the selection of the class's maximal
     violating pair: returns (min_j G_j, max_{j: gamma_j > 0} G_j, argmin, argmax), argmax -1 if no
-    row carries mass, then the same four over the rows whose kernel row is cached
-    (``slot_of`` >= 0; all -1 / inf when ``slot_of`` is empty: no such selection). Ka, Kb may be
+    row carries mass, then the argmin and argmax over the rows whose kernel row is cached
+    (``slot_of`` >= 0; -1 when ``slot_of`` is empty: no such selection). Ka, Kb may be
     float32 kernel rows (differences taken in float64).
 
     (Returning the selection rather than writing it into an array argument keeps the loop
@@ -174,8 +174,7 @@ def _update_select(G, gamma, lo, hi, Ka, Kb, k, slot_of):
             if gq > cmax:
                 cmax = gq
                 qc = j
-    return gmin, gmax, r, q, cmin, cmax, rc, qc
-
+    return gmin, gmax, r, q, rc, qc
 
 
 @njit(cache=True)
@@ -323,8 +322,8 @@ def _smo(kernel, cache, diag, rows, v, y, cached_pair, inv_w, lam, gamma, G, m_p
             eps, d_obj = _pair_step(gamma, G, inv_w, lam, g_r, g_q, dist_sq, r, q)
             # s_j += y_c eps (k(x_r, x_j) - k(x_q, x_j));  G_j += 2 (1 - lam) y_j (change of s_j)
             k = a * yc * eps
-            gmin_p, gmax_p, r_p, q_p, _, _, rc_p, qc_p = _update_select(G, gamma, 0, m_pos, Kr, Kq, k, slots)
-            gmin_n, gmax_n, r_n, q_n, _, _, rc_n, qc_n = _update_select(G, gamma, m_pos, m, Kr, Kq, -k, slots)
+            gmin_p, gmax_p, r_p, q_p, rc_p, qc_p = _update_select(G, gamma, 0, m_pos, Kr, Kq, k, slots)
+            gmin_n, gmax_n, r_n, q_n, rc_n, qc_n = _update_select(G, gamma, m_pos, m, Kr, Kq, -k, slots)
         else:
             dist_sq = diag[r] + diag[q] - 2.0 * _linear_dot(rows, r, q, delta)
             eps, d_obj = _pair_step(gamma, G, inv_w, lam, g_r, g_q, dist_sq, r, q)
