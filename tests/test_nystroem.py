@@ -199,7 +199,8 @@ def test_a_model_without_support_predicts_and_warns_instead_of_crashing(name):
     X, y = np.zeros((30, 3)), np.array([0, 1] * 15)
     with pytest.warns(md.exceptions.DegenerateModelWarning):
         est = ESTIMATORS[name](kernel_approximation=5).fit(X, y)
-    if est.support_vectors_.shape[0] == 0:
+    if name != "MSVMAv":  # MSVMAv keeps its unit-norm w: its landmarks stay, with equal values
+        assert est.support_vectors_.shape[0] == 0
         np.testing.assert_array_equal(est.decision_function(X), est.intercept_[0])
     from margindist.kernels import kernel_decision
 
