@@ -144,14 +144,14 @@ RBF = {
     "LSSVM": lambda: LSSVM(kernel="rbf"),
 }
 # estimators too slow (or too large in memory) for a row's full size
-SKIP = {"large_sparse": {"KMOMD(linear)", "LSSVM", "MSVMAv"}, "sparse": {"LSSVM"}}
+SKIP = {"large_sparse": {"KMOMD(linear)", "LSSVM"}, "sparse": {"LSSVM"}}
 #: the main parameter of each estimator and a grid over it (``--grid``)
 GRID = {
     "MSVMAv": ("alpha", [2.0**k for k in range(-10, 11, 2)]),
-    "LDM": ("C", [0.01, 0.1, 1.0, 10.0, 100.0]),
+    "LDM": ("C", [0.01, 0.1, 1.0, 10.0, 100.0, 1e3, 1e4]),
     "ODM": ("lam", [0.01, 0.1, 1.0, 10.0, 100.0, 1e3, 1e4, 1e5]),
-    "M3SVM": ("lam", [1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0]),
-    "MarginPursuit": ("lam", [1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2]),
+    "M3SVM": ("lam", [1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0]),
+    "MarginPursuit": ("lam", [1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2]),
     "KMOMD": ("lam", [0.01, 0.05, 0.1, 0.3, 0.6]),
     "KMOMD(linear)": ("lam", [0.01, 0.05, 0.1, 0.3, 0.6]),
     "LSSVM": ("C", [0.01, 0.1, 1.0, 10.0, 100.0]),

@@ -39,6 +39,13 @@ PAPER_DEFAULTS = {
 MSVMAV_ALPHA_FACTOR = 256.0
 #: beta = MSVMAV_BETA_FACTOR * mean ||x||^2 (see :func:`msvmav_alpha_beta`).
 MSVMAV_BETA_FACTOR = 1.0 / 32.0
+#: alpha grows by max(1, beta / (MSVMAV_SPREAD_FACTOR * lambda_typ)), lambda_typ the typical
+#: curvature of the centred data per direction (see :func:`msvmav_alpha_beta`).
+MSVMAV_SPREAD_FACTOR = 32.0
+#: Up to this many features the centred covariance is formed exactly; beyond it ||C||_F^2 is
+#: estimated from :data:`_SPREAD_PROBES` fixed Rademacher probes (Hutchinson's estimator).
+_SPREAD_EXACT_MAX_D = 512
+_SPREAD_PROBES = 16
 
 
 def odm_lam(lam, sample_weight, theta):
@@ -128,8 +135,36 @@ def _augmented_moments(X, y, sample_weight, fit_intercept, kernel):
     return np.sqrt(max(u_sq, 0.0)), float(s @ sq) / S + B2
 
 
+def typical_curvature(X, sample_weight):
+    """lambda_typ = ||C||_F^2 / tr(C) of the weighted centred covariance C of the rows of X: the
+    mean eigenvalue of C, each weighted by itself (the curvature of a least-squares term on the
+    data in a typical direction that carries variance).
+
+    It is tr(C) / d_eff with d_eff = tr(C)^2 / ||C||_F^2 the participation ratio (the effective
+    number of directions the data spread over): close to tr(C) when a few directions carry the
+    variance, tr(C) / d when it spreads evenly over d. Exact up to :data:`_SPREAD_EXACT_MAX_D`
+    features; beyond, ||C||_F^2 = E ||C g||^2 over :data:`_SPREAD_PROBES` Rademacher vectors g
+    drawn from a fixed seed (so the value is a function of the data), each C g by two products
+    with X (O(nnz)). Returns 0.0 for constant data.
+    """
+    s = np.asarray(sample_weight, dtype=np.float64)
+    S = float(s.sum())
+    mu = np.asarray(X.T @ s).ravel() / S
+    sq = X.multiply(X) if sp.issparse(X) else X * X
+    trace = float(np.asarray(sq.T @ s).sum()) / S - float(mu @ mu)
+    if trace <= 0.0:
+        return 0.0
+    d = X.shape[1]
+    exact = d <= _SPREAD_EXACT_MAX_D
+    G = np.eye(d) if exact else np.random.default_rng(0).choice([-1.0, 1.0], size=(d, _SPREAD_PROBES))
+    CG = np.asarray(X.T @ (s[:, None] * np.asarray(X @ G))) / S - np.outer(mu, mu @ G)
+    fro_sq = float(np.sum(CG * CG)) / (1 if exact else _SPREAD_PROBES)  # G = I: C itself
+    return fro_sq / trace
+
+
 def msvmav_alpha_beta(alpha, beta, X, y, sample_weight, fit_intercept=True, kernel=None):
-    """MSVMAv's (alpha, beta); ``"scale"``: ``alpha = 256 ||u_bar||``, ``beta = mean ||x||^2 / 32``.
+    """MSVMAv's (alpha, beta); ``"scale"``: ``alpha = 256 ||u_bar|| max(1, beta / (32 lambda_typ))``,
+    ``beta = mean ||x||^2 / 32``.
 
     u_bar = sum_i s_i y_i x_i / S and mean ||x||^2 = sum_i s_i ||x_i||^2 / S are taken with the
     constant-1 feature appended (``fit_intercept``) and, for a non-linear kernel, in its
@@ -145,6 +180,21 @@ def msvmav_alpha_beta(alpha, beta, X, y, sample_weight, fit_intercept=True, kern
       proximal term the same for any feature scale and dimension (a fixed beta = 1 nearly
       freezes w on L2-normalised sparse rows, where mean ||x||^2 = 1 spreads over thousands of
       directions, and barely damps it on 100 dense [0, 1] features).
+    * alpha, on data spread over many directions (linear features only): the trace bound is
+      tight when a few directions carry the data's variance. Where the variance spreads over
+      thousands of directions (sparse rows, L2-normalised: every row nearly orthogonal to the
+      others), the curvature in a typical direction, lambda_typ (:func:`typical_curvature`), is
+      a small fraction of beta, so the semi-variance step moves w by that fraction of what it
+      does on dense data, while the average-margin step still turns w by its fixed angle: the
+      iteration then stays near the class-mean direction u_bar (.798 test accuracy against
+      LinearSVC's .835 on 200k x 50k tf-idf-like rows, beta / lambda_typ = 2500). alpha is
+      scaled up by the excess ``beta / (32 lambda_typ)`` where it exceeds 1, which shortens the
+      average-margin step in proportion (.837 there; .762 -> .783 against .776 on 40k x 20k
+      sparse rows). On every bundled data set, min-max scaled (every one-vs-one pair),
+      beta / lambda_typ is below 7, so the factor is 1; on 100 dense [0, 1] features it is 1.7. Shrinking beta instead
+      (the other way to restore the balance) reached the same accuracy but left the iteration
+      wandering to max_iter on the 200k row at two of four factors tried. A kernel's feature
+      space is left at ``256 ||u_bar||`` (its spectrum is not computed).
 
     The factors 256 and 1/32 (each step moves w by at most 1 / 512; the semi-variance step does
     the work) are the best common point of a grid over both factors on synthetic dense and
@@ -173,8 +223,17 @@ def msvmav_alpha_beta(alpha, beta, X, y, sample_weight, fit_intercept=True, kern
     if not isinstance(alpha, str) and not isinstance(beta, str):
         return float(alpha), float(beta)
     u_norm, mean_sq = _augmented_moments(X, y, sample_weight, fit_intercept, kernel)
-    if isinstance(alpha, str):
-        alpha = MSVMAV_ALPHA_FACTOR * u_norm if u_norm > 0 else 1.0
     if isinstance(beta, str):
         beta = MSVMAV_BETA_FACTOR * mean_sq if mean_sq > 0 else 1.0
+    if isinstance(alpha, str):
+        alpha = MSVMAV_ALPHA_FACTOR * u_norm if u_norm > 0 else 1.0
+        if kernel is None or kernel.is_linear:
+            alpha *= _spread_excess(float(beta), X, sample_weight)
     return float(alpha), float(beta)
+
+
+def _spread_excess(beta, X, sample_weight):
+    """max(1, beta / (32 lambda_typ)): how much more the proximal term damps the semi-variance
+    step in a typical direction than the trace bound allows for (1 for constant data)."""
+    lam = typical_curvature(X, sample_weight)
+    return max(1.0, beta / (MSVMAV_SPREAD_FACTOR * lam)) if lam > 0 else 1.0

@@ -108,7 +108,11 @@ class MSVMAv(BaseMarginClassifier):
         reference value 1.0 stays available explicitly). ``"scale"``: 256 ||u / n|| (weighted,
         constant feature included, in the kernel's feature space for kernels), so that every
         step turns the unit-norm w by the same angle (at most 1/512) whatever the units,
-        dimension and size of the data (see :func:`margindist._defaults.msvmav_alpha_beta`).
+        dimension and size of the data; for linear features times max(1, beta / (32 lambda_typ)),
+        lambda_typ the curvature of the centred data in a typical direction, which shortens the
+        step in proportion where the data spread over thousands of directions (sparse
+        normalised rows) and the semi-variance step is damped accordingly (see
+        :func:`margindist._defaults.msvmav_alpha_beta`).
     beta : float or "scale", default="scale"
         The paper's beta: proximal weight of the semi-variance step; smaller beta pulls the
         margins below the average harder towards it. Same grid as alpha. ``"scale"``:
