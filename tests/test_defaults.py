@@ -12,6 +12,7 @@ from sklearn.svm import LinearSVC
 from margindist import LDM, LSSVM, M3SVM, ODM, MarginPursuit, MSVMAv
 from margindist._defaults import (
     PAPER_DEFAULTS,
+    m3svm_lam,
     margin_pursuit_lam,
     msvmav_alpha_beta,
     odm_lam,
@@ -151,6 +152,41 @@ def test_msvmav_default_reaches_linearsvc_on_sparse_normalised_rows():
     assert old < peer - 0.01, (old, peer)
 
 
+def test_m3svm_auto_lam_rule():
+    rng = np.random.default_rng(3)
+    X = rng.random((90, 6))
+    s = rng.uniform(0.5, 2.0, 90)
+    mean_sq = s @ np.sum(X**2, axis=1) / s.sum()
+    for p, K in ((4, 2), (2, 3), (6, 7)):
+        assert m3svm_lam("auto", X, s, p, K) == pytest.approx(0.02 * mean_sq ** (p / 2) / s.sum() * 2 / K)
+    assert m3svm_lam("auto", sp.csr_matrix(X), s, 4, 3) == pytest.approx(m3svm_lam("auto", X, s, 4, 3))
+    assert m3svm_lam(0.3, X, s, 4, 3) == 0.3
+    assert m3svm_lam("auto", X, s, 4, 3, "softmax") == 1e-4  # ISM3 keeps the fixed value
+
+
+def test_m3svm_auto_lam_makes_the_model_independent_of_the_feature_units():
+    """X -> c X: lam scales by c^p, so the fitted weights are W / c and the predictions equal."""
+    X, y, Xt, _ = _dense(300, d=6)
+    y3 = np.digitize(X[:, 0] + X[:, 1], [0.8, 1.2])  # three classes
+    a = M3SVM(tol=1e-10).fit(X, y3)
+    b = M3SVM(tol=1e-10).fit(10 * X, y3)
+    np.testing.assert_allclose(b.coef_, a.coef_ / 10, rtol=1e-5, atol=1e-8)
+    np.testing.assert_array_equal(a.predict(Xt), b.predict(10 * Xt))
+    fixed = M3SVM(lam=1e-4, tol=1e-10)
+    assert not np.allclose(fixed.fit(10 * X, y3).coef_, fixed.fit(X, y3).coef_ / 10, rtol=1e-3)
+
+
+def test_m3svm_default_close_to_linearsvc_on_sparse_normalised_rows():
+    """On 20k x 5k rows with 50 non-zeros, L2-normalised, the fixed lam = 1e-4 let the
+    regulariser dominate (2 points below LinearSVC when measured); lam="auto" within 1."""
+    X, y, Xt, yt = _sparse(20000, d=5000, per_row=50)
+    peer = LinearSVC().fit(X, y).score(Xt, yt)
+    acc = M3SVM().fit(X, y).score(Xt, yt)
+    old = M3SVM(lam=1e-4).fit(X, y).score(Xt, yt)
+    assert acc >= peer - 0.01, (acc, peer)
+    assert old < peer - 0.01, (old, peer)
+
+
 def test_msvmav_scale_rule_in_the_kernel_feature_space():
     X, y01, _, _ = _dense(120, d=5)
     y = np.where(y01 > 0, 1.0, -1.0)
@@ -184,7 +220,7 @@ def test_explicit_values_are_used():
 
 def test_invalid_strings_are_rejected():
     X, y, _, _ = _dense(50)
-    for est in (ODM(lam="scale"), MSVMAv(alpha="auto"), MarginPursuit(lam="scale")):
+    for est in (ODM(lam="scale"), MSVMAv(alpha="auto"), MarginPursuit(lam="scale"), M3SVM(lam="scale")):
         with pytest.raises(ValueError):
             est.fit(X, y)
 
