@@ -968,3 +968,52 @@ def test_raw_features_on_a_large_scale_warn_and_standardised_do_not():
         std = MSVMAv().fit(Xs, y)
     peer = LinearSVC().fit(Xs, y).score(Xs, y)
     assert std.score(Xs, y) >= peer - 0.01 > raw.score(X, y)
+
+
+def test_float32_design_sums_in_float64_without_a_float64_copy():
+    """A dense float32 X stays float32 in the linear solver (the 1M x 1000 Nystroem features of a
+    kernel model would take 8 GB as float64); its products convert blocks of rows, so they and
+    the whole iteration equal those of the float64 copy of the same values (d = 200: the
+    direct path with its round-off check, not the compiled loop, which copies its small B)."""
+    from margindist.solvers.msvmav._common import as_float
+    from margindist.solvers.msvmav._design import PRODUCT_ROWS, Design
+
+    rng = np.random.default_rng(0)
+    X32 = rng.random((3 * PRODUCT_ROWS + 17, 200)).astype(np.float32)
+    X = X32.astype(np.float64)
+    n = X.shape[0]
+    y = np.where(X[:, :5].sum(axis=1) + 0.3 * rng.normal(size=n) > 2.5, 1.0, -1.0)
+    assert as_float(X32) is X32
+    assert as_float(sp.csr_matrix(X32)).dtype == np.float64  # CSR: one float64 copy of the data
+    d32, d64 = Design(X32, y, intercept=True), Design(X, y, intercept=True)
+    w = rng.normal(size=(201, 2))
+    np.testing.assert_allclose(d32.matvec(w), d64.matvec(w), rtol=1e-12)
+    t = rng.normal(size=n)
+    np.testing.assert_allclose(d32.rmatvec(t), d64.rmatvec(t), rtol=1e-12)
+    np.testing.assert_allclose(d32.sq_rmatvec(t), d64.sq_rmatvec(t), rtol=1e-12)
+    s = np.ones(n)
+    a, b = msvmav_alpha_beta("scale", "scale", X, y, s)
+    r64 = msvmav_linear(X, y, s, a, b, max_iter=60)
+    r32 = msvmav_linear(X32, y, s, a, b, max_iter=60)
+    assert r32.n_refresh == r64.n_refresh
+    np.testing.assert_allclose(r32.w, r64.w, rtol=1e-9, atol=1e-12)
+
+
+def test_long_runs_log_their_progress(caplog, monkeypatch):
+    """verbose=1: a progress line every PROGRESS_SECONDS (here every iteration), none at verbose=0
+    (200 landmarks: the NumPy loop of large problems; the compiled loop of d <= 128 is silent)."""
+    import margindist.solvers.msvmav._history as history
+
+    monkeypatch.setattr(history, "PROGRESS_SECONDS", 0.0)
+    X, y = _scaled("australian")
+
+    def progress():
+        out = [r.getMessage() for r in caplog.records if "MSVMAv iteration" in r.getMessage()]
+        caplog.clear()
+        return out
+
+    MSVMAv(kernel="rbf", kernel_approximation=200, max_iter=5, random_state=0, verbose=1).fit(X, y)
+    lines = progress()
+    assert len(lines) == 5 and lines[0].startswith("MSVMAv iteration 1 of at most 5: SV/theta^2=")
+    MSVMAv(kernel="rbf", kernel_approximation=200, max_iter=5, random_state=0).fit(X, y)
+    assert progress() == []

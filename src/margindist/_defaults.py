@@ -186,6 +186,20 @@ def margin_pursuit_lam(lam, total_weight, scale=1.0):
     return float(lam)
 
 
+def _dot(M, v):
+    """M @ v as a float64 array, taken in M's precision (v cast to float32 for a float32 M, so
+    that a large float32 X is never copied to float64)."""
+    return np.asarray(M @ np.asarray(v, dtype=np.float32 if M.dtype == np.float32 else np.float64),
+                      dtype=np.float64)
+
+
+def _row_sq_norms(X):
+    """||x_i||^2 of every row (no temporary of X's size)."""
+    if sp.issparse(X):
+        return np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
+    return np.einsum("ij,ij->i", X, X).astype(np.float64)
+
+
 def _augmented_moments(X, y, sample_weight, fit_intercept, kernel):
     """(||u_bar||, mean ||x||^2) of the weighted data with the constant feature appended:
     u_bar = sum_i s_i y_i x_i / S, in the RKHS of ``kernel`` when it is not linear."""
@@ -199,9 +213,9 @@ def _augmented_moments(X, y, sample_weight, fit_intercept, kernel):
         u_sq = float(rkhs_norm_sq(kernel, X, c)) + B2 * c.sum() ** 2
         sq = kernel_diag(kernel, X)
     else:
-        u = np.asarray(X.T @ c).ravel()
+        u = _dot(X.T, c).ravel()
         u_sq = float(u @ u) + B2 * c.sum() ** 2
-        sq = np.asarray(X.multiply(X).sum(axis=1)).ravel() if sp.issparse(X) else np.einsum("ij,ij->i", X, X)
+        sq = _row_sq_norms(X)
     return np.sqrt(max(u_sq, 0.0)), float(s @ sq) / S + B2
 
 
@@ -219,15 +233,14 @@ def typical_curvature(X, sample_weight):
     """
     s = np.asarray(sample_weight, dtype=np.float64)
     S = float(s.sum())
-    mu = np.asarray(X.T @ s).ravel() / S
-    sq = X.multiply(X) if sp.issparse(X) else X * X
-    trace = float(np.asarray(sq.T @ s).sum()) / S - float(mu @ mu)
+    mu = _dot(X.T, s).ravel() / S
+    trace = float(s @ _row_sq_norms(X)) / S - float(mu @ mu)
     if trace <= 0.0:
         return 0.0
     d = X.shape[1]
     exact = d <= _SPREAD_EXACT_MAX_D
     G = np.eye(d) if exact else np.random.default_rng(0).choice([-1.0, 1.0], size=(d, _SPREAD_PROBES))
-    CG = np.asarray(X.T @ (s[:, None] * np.asarray(X @ G))) / S - np.outer(mu, mu @ G)
+    CG = _dot(X.T, s[:, None] * _dot(X, G)) / S - np.outer(mu, mu @ G)
     fro_sq = float(np.sum(CG * CG)) / (1 if exact else _SPREAD_PROBES)  # G = I: C itself
     return fro_sq / trace
 

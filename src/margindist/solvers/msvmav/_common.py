@@ -25,14 +25,15 @@ def diverged(k, subject: str = "the weight vector is", detail: str = "") -> Floa
     )
 
 
-def as_float64(X):
-    """X as float64 CSR or a contiguous float64 array (no copy when it already is one)."""
+def as_float(X):
+    """X as float64 CSR, or as a contiguous array of float64 or, for float32 X, of float32 (no
+    copy when it already is one): a dense float32 design keeps its memory, and its products
+    are summed in float64 (see :class:`._design.Design`)."""
+    dtype = np.float32 if X.dtype == np.float32 and not sp.issparse(X) else np.float64
     if sp.issparse(X):
         X = sp.csr_matrix(X)
-        if X.dtype != np.float64:
-            X = X.astype(np.float64)
-        return X
-    X = np.asarray(X, dtype=np.float64)  # no copy for float64 in C or Fortran order
+        return X if X.dtype == dtype else X.astype(dtype)
+    X = np.asarray(X, dtype=dtype)  # no copy in C or Fortran order
     if not (X.flags.c_contiguous or X.flags.f_contiguous):
         X = np.ascontiguousarray(X)
     return X

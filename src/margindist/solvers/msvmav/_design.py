@@ -7,6 +7,9 @@ import scipy.sparse as sp
 
 __all__ = ["Design"]
 
+#: Rows of a float32 B converted to float64 at a time by a product (4 MiB at 1000 features).
+PRODUCT_ROWS = 512
+
 
 def _rowwise(v, like):
     """v as a column when ``like`` is 2-D (scales the rows of a matrix)."""
@@ -16,9 +19,13 @@ def _rowwise(v, like):
 class Design:
     """Rows z_i = r_i * [b_i, 1] * c without forming Z.
 
-    ``B`` (n, p) dense float64 array or CSR matrix, ``r`` (n,) row scales (the labels y),
-    ``col_scale`` (p,) optional column scales, ``intercept``: append a constant-1 column
-    (only without ``col_scale``).
+    ``B`` (n, p) float64 CSR matrix, or dense array of float64 or float32, ``r`` (n,) row
+    scales (the labels y), ``col_scale`` (p,) optional column scales, ``intercept``: append a
+    constant-1 column (only without ``col_scale``). A float32 array is never copied whole to
+    float64 (the 1M x 1000 Nystroem features of a kernel model would take 8 GB): products
+    convert blocks of :data:`PRODUCT_ROWS` rows, so every sum is taken in float64, exactly as
+    for the float64 copy of the same values (the incremental inverse's round-off check needs
+    that precision).
     """
 
     def __init__(self, B, r, col_scale=None, intercept=False):
@@ -37,9 +44,7 @@ class Design:
         v = w[: self.p] if self.intercept else w
         if self.c is not None:
             v = _rowwise(self.c, v) * v
-        out = self.B @ v
-        if self.sparse:
-            out = np.asarray(out)
+        out = self._times(v)
         if self.intercept:
             out = out + w[self.p]
         return _rowwise(self.r, out) * out
@@ -47,13 +52,34 @@ class Design:
     def rmatvec(self, t):
         """Z^T @ t (t of shape (n,) or (n, q))."""
         rt = _rowwise(self.r, t) * t
-        out = self.B.T @ rt
-        if self.sparse:
-            out = np.asarray(out)
+        out = self._t_times(rt)
         if self.c is not None:
             out = _rowwise(self.c, out) * out
         if self.intercept:
             out = np.concatenate([out, rt.sum(axis=0)[None]])
+        return out
+
+    def _blocks(self):
+        """(start, rows as float64) of a float32 B, :data:`PRODUCT_ROWS` at a time."""
+        for i in range(0, self.n, PRODUCT_ROWS):
+            yield i, self.B[i : i + PRODUCT_ROWS].astype(np.float64)
+
+    def _times(self, v):
+        """B @ v in float64."""
+        if self.sparse or self.B.dtype == np.float64:
+            return np.asarray(self.B @ v)
+        out = np.empty((self.n,) + v.shape[1:])
+        for i, Bi in self._blocks():
+            out[i : i + len(Bi)] = Bi @ v
+        return out
+
+    def _t_times(self, t):
+        """B^T @ t in float64."""
+        if self.sparse or self.B.dtype == np.float64:
+            return np.asarray(self.B.T @ t)
+        out = np.zeros((self.p,) + t.shape[1:])
+        for i, Bi in self._blocks():
+            out += Bi.T @ t[i : i + len(Bi)]
         return out
 
     def rows(self, idx):
@@ -99,8 +125,12 @@ class Design:
             B2 = sp.csr_matrix((self.B.data * self.B.data, self.B.indices, self.B.indptr),
                                shape=self.B.shape, copy=False)
             out = np.asarray(B2.T @ rt).ravel()
-        else:
+        elif self.B.dtype == np.float64:
             out = np.einsum("ij,ij,i->j", self.B, self.B, rt, optimize=True)
+        else:
+            out = np.zeros(self.p)
+            for i, Bi in self._blocks():
+                out += np.einsum("ij,ij,i->j", Bi, Bi, rt[i : i + len(Bi)], optimize=True)
         if self.c is not None:
             out = self.c * self.c * out
         if self.intercept:

@@ -3,6 +3,7 @@ iterate by SV / theta^2 and the run's result (:class:`MSVMAvResult`)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,6 +16,8 @@ __all__ = ["HISTORY_FIELDS", "History", "MSVMAvResult", "creeping", "make_result
 HISTORY_FIELDS = ("theta", "semivariance", "bound", "n_active", "n_changes", "step", "update")
 #: Iterations at the end of a run in which an active-set change means "not settled".
 CHANGE_WINDOW = 5
+#: Seconds between the progress lines a long run logs at INFO level (verbose=1).
+PROGRESS_SECONDS = 30.0
 
 
 def still_improving(bound, window=CHANGE_WINDOW, rtol=1e-4) -> bool:
@@ -86,6 +89,7 @@ class History:
         self.rows[:, 5] = np.nan
         self.schemes = ["init"]
         self.best_k, self.best = 0, None
+        self._last_progress = time.monotonic()
 
     def record(self, k, m, theta, A, changes, w, step=np.nan, scheme=None):
         short = np.maximum(theta - m, 0.0)
@@ -105,6 +109,11 @@ class History:
         if log is not None and log.isEnabledFor(10):
             log.debug("MSVMAv iteration %d (%s): theta=%.6g SV/theta^2=%.6g |A|=%d changes=%d |dw|=%.3g",
                       k, scheme, theta, self.rows[k, 2], self.rows[k, 3], changes, step)
+        elif log is not None and time.monotonic() - self._last_progress >= PROGRESS_SECONDS:
+            self._last_progress = time.monotonic()
+            log.info("MSVMAv iteration %d of at most %d: SV/theta^2=%.6g (best %.6g at %d), |A|=%d, "
+                     "changes=%d", k, self.rows.shape[0] - 1, self.rows[k, 2], self.rows[self.best_k, 2],
+                     self.best_k, self.rows[k, 3], changes)
         return A, tol > 0 and changes == 0 and step <= tol
 
     def result(self, w, n_iter, converged, return_best, **extra) -> MSVMAvResult:

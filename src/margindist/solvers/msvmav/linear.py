@@ -36,7 +36,7 @@ import numpy as np
 from .._threads import blas_single_thread
 from ._anderson import STALL, anderson_state, anderson_step
 from ._cg import CG_TOL, CGSystem
-from ._common import as_float64, diverged
+from ._common import as_float, diverged
 from ._design import Design
 from ._direct import DirectSystem
 from ._history import History, MSVMAvResult, creeping, make_result
@@ -225,7 +225,7 @@ def _compiled(design, s, u, w0, P, am_step, N, beta, max_iter, tol, return_best,
     d = design.d
     N_arr = np.ones(d) if N is None else N
     w, best_w, n_iter, hist, best_k, converged, status, n_full = dense_loop(
-        np.ascontiguousarray(design.B), design.r, s, design.intercept, u, w0, P, am_step, N_arr, float(beta),
+        np.ascontiguousarray(design.B, dtype=np.float64), design.r, s, design.intercept, u, w0, P, am_step, N_arr, float(beta),
         int(max_iter), float(tol), accel, int(stall))
     if status == 1:
         raise np.linalg.LinAlgError("MSVMAv: the semi-variance system is not positive definite.")
@@ -244,7 +244,7 @@ def msvmav_linear(X, y, sample_weight, alpha, beta, *, fit_intercept=True, solve
     With ``fit_intercept`` the constant 1 is appended to every x_i (implicitly, X is not
     copied), so the bias is a coordinate of w and part of ||w|| = 1, as in the paper.
     """
-    X = as_float64(X)
+    X = as_float(X)
     design = Design(X, y, intercept=fit_intercept)
     with blas_single_thread(design.d):
         if solver == "auto":
