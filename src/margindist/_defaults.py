@@ -143,8 +143,7 @@ def m3svm_lam(lam, X, sample_weight, p, n_classes, loss="smooth_hinge"):
         return ISM3_LAM
     s = np.asarray(sample_weight, dtype=np.float64)
     S = float(s.sum())
-    sq = np.asarray(X.multiply(X).sum(axis=1)).ravel() if sp.issparse(X) else np.einsum("ij,ij->i", X, X)
-    mean_sq = float(s @ sq) / S
+    mean_sq = float(s @ _row_sq_norms(X)) / S
     scale = (mean_sq if mean_sq > 0 else 1.0) ** (float(p) / 2.0)
     return M3SVM_LAM_FACTOR * scale / S * 2.0 / int(n_classes)
 
