@@ -89,7 +89,9 @@ def test_msvmav_scale_rule_and_its_invariance():
     assert msvmav_alpha_beta(2.0, "scale", X, y, s) == pytest.approx((2.0, b))
 
 
-def test_typical_curvature_is_the_self_weighted_mean_eigenvalue_of_the_centred_covariance():
+def test_typical_curvature_is_the_self_weighted_mean_eigenvalue_of_the_centred_covariance(monkeypatch):
+    import margindist._defaults as defaults
+
     rng = np.random.default_rng(1)
     X = rng.random((300, 40)) * np.linspace(0.1, 3.0, 40)
     s = rng.uniform(0.5, 2.0, 300)
@@ -100,6 +102,9 @@ def test_typical_curvature_is_the_self_weighted_mean_eigenvalue_of_the_centred_c
     assert typical_curvature(X, s) == pytest.approx(expected, rel=1e-10)
     assert typical_curvature(sp.csr_matrix(X), s) == pytest.approx(expected, rel=1e-10)
     assert typical_curvature(np.ones((5, 3)), np.ones(5)) == 0.0
+    monkeypatch.setattr(defaults, "_SPREAD_BLOCK_ROWS", 64)  # products by blocks of rows
+    assert typical_curvature(X, s) == pytest.approx(expected, rel=1e-10)
+    assert typical_curvature(sp.csr_matrix(X), s) == pytest.approx(expected, rel=1e-10)
 
 
 def test_typical_curvature_from_probes_beyond_the_exact_size(monkeypatch):
