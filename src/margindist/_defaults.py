@@ -12,7 +12,9 @@ do not depend on these rules.
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
+
+from .solvers._gram import weighted_gram, x_dot, xt_dot
+from .solvers._rows import row_sq_norms
 
 __all__ = [
     "PAPER_DEFAULTS",
@@ -47,8 +49,6 @@ MSVMAV_SPREAD_FACTOR = 32.0
 #: estimated from :data:`_SPREAD_PROBES` fixed Rademacher probes (Hutchinson's estimator).
 _SPREAD_EXACT_MAX_D = 512
 _SPREAD_PROBES = 16
-#: Rows per block of the products behind :func:`typical_curvature`.
-_SPREAD_BLOCK_ROWS = 8192
 
 
 def odm_lam(lam, sample_weight, theta):
@@ -145,7 +145,7 @@ def m3svm_lam(lam, X, sample_weight, p, n_classes, loss="smooth_hinge"):
         return ISM3_LAM
     s = np.asarray(sample_weight, dtype=np.float64)
     S = float(s.sum())
-    mean_sq = float(s @ _row_sq_norms(X)) / S
+    mean_sq = float(s @ row_sq_norms(X)) / S
     scale = (mean_sq if mean_sq > 0 else 1.0) ** (float(p) / 2.0)
     return M3SVM_LAM_FACTOR * scale / S * 2.0 / int(n_classes)
 
@@ -187,20 +187,6 @@ def margin_pursuit_lam(lam, total_weight, scale=1.0):
     return float(lam)
 
 
-def _dot(M, v):
-    """M @ v as a float64 array, taken in M's precision (v cast to float32 for a float32 M, so
-    that a large float32 X is never copied to float64)."""
-    return np.asarray(M @ np.asarray(v, dtype=np.float32 if M.dtype == np.float32 else np.float64),
-                      dtype=np.float64)
-
-
-def _row_sq_norms(X):
-    """||x_i||^2 of every row (no temporary of X's size)."""
-    if sp.issparse(X):
-        return np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
-    return np.einsum("ij,ij->i", X, X).astype(np.float64)
-
-
 def _augmented_moments(X, y, sample_weight, fit_intercept, kernel):
     """(||u_bar||, mean ||x||^2) of the weighted data with the constant feature appended:
     u_bar = sum_i s_i y_i x_i / S, in the RKHS of ``kernel`` when it is not linear."""
@@ -214,9 +200,9 @@ def _augmented_moments(X, y, sample_weight, fit_intercept, kernel):
         u_sq = float(rkhs_norm_sq(kernel, X, c)) + B2 * c.sum() ** 2
         sq = kernel_diag(kernel, X)
     else:
-        u = _dot(X.T, c).ravel()
+        u = xt_dot(X, c)
         u_sq = float(u @ u) + B2 * c.sum() ** 2
-        sq = _row_sq_norms(X)
+        sq = row_sq_norms(X)
     return np.sqrt(max(u_sq, 0.0)), float(s @ sq) / S + B2
 
 
@@ -230,29 +216,21 @@ def typical_curvature(X, sample_weight):
     variance, tr(C) / d when it spreads evenly over d. Exact up to :data:`_SPREAD_EXACT_MAX_D`
     features; beyond, ||C||_F^2 = E ||C g||^2 over :data:`_SPREAD_PROBES` Rademacher vectors g
     drawn from a fixed seed (so the value is a function of the data), each C g by two products
-    with X (O(nnz)). Returns 0.0 for constant data.
+    with X (O(nnz)). The products are those of :mod:`margindist.solvers._gram` (float64 sums, no
+    temporary of X's size). Returns 0.0 for constant data.
     """
     s = np.asarray(sample_weight, dtype=np.float64)
     S = float(s.sum())
-    mu = _dot(X.T, s).ravel() / S
-    trace = float(s @ _row_sq_norms(X)) / S - float(mu @ mu)
+    mu = xt_dot(X, s) / S
+    trace = float(s @ row_sq_norms(X)) / S - float(mu @ mu)
     if trace <= 0.0:
         return 0.0
-    d = X.shape[1]
-    exact = d <= _SPREAD_EXACT_MAX_D
-    G = np.eye(d) if exact else np.random.default_rng(0).choice([-1.0, 1.0], size=(d, _SPREAD_PROBES))
-    CG = _weighted_gram_times(X, s, G) / S - np.outer(mu, mu @ G)
-    fro_sq = float(np.sum(CG * CG)) / (1 if exact else _SPREAD_PROBES)  # G = I: C itself
-    return fro_sq / trace
-
-
-def _weighted_gram_times(X, s, G):
-    """X^T diag(s) X G, by blocks of rows (no temporary of X's size, dense or CSR)."""
-    out = np.zeros((X.shape[1], G.shape[1]))
-    for i in range(0, X.shape[0], _SPREAD_BLOCK_ROWS):
-        Xb = X[i : i + _SPREAD_BLOCK_ROWS]
-        out += _dot(Xb.T, s[i : i + _SPREAD_BLOCK_ROWS, None] * _dot(Xb, G))
-    return out
+    if X.shape[1] <= _SPREAD_EXACT_MAX_D:
+        C = weighted_gram(X, s, center=mu) / S
+        return float(np.sum(C * C)) / trace
+    G = np.random.default_rng(0).choice([-1.0, 1.0], size=(X.shape[1], _SPREAD_PROBES))
+    CG = xt_dot(X, s[:, None] * x_dot(X, G)) / S - np.outer(mu, mu @ G)
+    return float(np.sum(CG * CG)) / _SPREAD_PROBES / trace
 
 
 def msvmav_alpha_beta(alpha, beta, X, y, sample_weight, fit_intercept=True, kernel=None):

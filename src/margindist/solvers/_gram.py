@@ -31,24 +31,22 @@ def _blocks(X, max_bytes):
 
 
 def x_dot(X, v, *, max_bytes=BLOCK_BYTES) -> np.ndarray:
-    """X v as a float64 vector (n,)."""
-    v = np.asarray(v, dtype=np.float64).ravel()
+    """X v in float64: shape (n,) for v of shape (d,), (n, q) for v of shape (d, q)."""
+    v = np.asarray(v, dtype=np.float64)
     if sp.issparse(X) or X.dtype == np.float64:
-        return np.asarray(X @ v, dtype=np.float64).ravel()
-    out = np.empty(X.shape[0])
+        return np.asarray(X @ v, dtype=np.float64)
+    out = np.empty((X.shape[0],) + v.shape[1:])
     for start, stop, B in _blocks(X, max_bytes):
         out[start:stop] = B @ v
     return out
 
 
 def xt_dot(X, v, *, max_bytes=BLOCK_BYTES) -> np.ndarray:
-    """X^T v as a float64 vector (d,)."""
-    v = np.asarray(v, dtype=np.float64).ravel()
-    if sp.issparse(X):
-        return np.asarray(X.T @ v, dtype=np.float64).ravel()
-    if X.dtype == np.float64:
-        return X.T @ v
-    out = np.zeros(X.shape[1])
+    """X^T v in float64: shape (d,) for v of shape (n,), (d, q) for v of shape (n, q)."""
+    v = np.asarray(v, dtype=np.float64)
+    if sp.issparse(X) or X.dtype == np.float64:
+        return np.asarray(X.T @ v, dtype=np.float64)
+    out = np.zeros((X.shape[1],) + v.shape[1:])
     for start, stop, B in _blocks(X, max_bytes):
         out += B.T @ v[start:stop]
     return out
