@@ -1,5 +1,6 @@
 """margindist.solvers._gram: blocked products with all rows of X against plain float64 NumPy,
-for dense float64 / float32 and CSR input, across block boundaries, and their memory bound."""
+for dense float64 / float32 and CSR input, across block boundaries, and their memory bound;
+products with a symmetric matrix through one triangle."""
 
 import tracemalloc
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from margindist.solvers._gram import weighted_gram, x_dot, xt_dot
+from margindist.solvers._gram import sym_dot, weighted_gram, x_dot, xt_dot
 
 
 def _data(dtype, sparse, seed=0):
@@ -55,3 +56,21 @@ def test_float32_rows_are_never_copied_whole_to_float64():
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         assert peak < 4 * block + 20000 * 8 + 2**16, peak
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_sym_dot_reads_one_triangle(order):
+    """G v for a symmetric G of either memory order, one column or several; the other triangle
+    is never read (garbage there changes nothing); a float32 matrix goes through G @ v."""
+    rng = np.random.default_rng(1)
+    A = rng.normal(size=(57, 57))
+    G = np.array(A + A.T, order=order)
+    v, V = rng.normal(size=57), rng.normal(size=(57, 3))
+    np.testing.assert_allclose(sym_dot(G, v), G @ v, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(sym_dot(G, V), G @ V, rtol=1e-12, atol=1e-12)
+    noise = rng.normal(size=G.shape)
+    # dsymv reads the upper triangle of the Fortran view: G's lower one for a C-ordered G
+    half = np.tril(G) + np.triu(noise, 1) if order == "C" else np.triu(G) + np.tril(noise, -1)
+    np.testing.assert_allclose(sym_dot(np.array(half, order=order), V), G @ V, rtol=1e-12, atol=1e-12)
+    G32 = G.astype(np.float32)
+    np.testing.assert_allclose(sym_dot(G32, v), G32.astype(np.float64) @ v, rtol=1e-5)

@@ -224,8 +224,10 @@ def test_cache_dtype_rule():
 @pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("kind", ["linear", "rbf", "poly", "sigmoid", "precomputed"])
 def test_row_cache_dot_is_the_gram_product(X, rng, kind, sparse, dtype):
-    """K @ v from a cache that holds a few rows (read, rounded to its dtype) and computes the
-    others in blocks (two row blocks here), and from a full cache."""
+    """K @ v from a cache that holds a few rows (read, rounded to its dtype, and by columns for
+    the other rows) and computes the others once per symmetric pair (the compiled triangle for
+    dense rows; square blocks of a few rows, off-diagonal pairs included, for CSR), and from a
+    full cache."""
     spec = resolve_kernel(kind if kind != "precomputed" else "rbf", X, gamma=0.3, degree=3, coef0=0.2)
     K = kernel_matrix(spec, X)
     Xin = K if kind == "precomputed" else (sp.csr_matrix(X) if sparse else X)

@@ -68,6 +68,7 @@ def test_lssvm_cg_equals_cholesky(heart):
     # kernel CG with the Gram matrix recomputed in blocks (budget below the m x m matrix)
     blocks = LSSVM(C=2.0, kernel="rbf", solver="cg", tol=1e-12, cache_size=0.01).fit(X, y)
     np.testing.assert_allclose(blocks.decision_function(X), direct.decision_function(X), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(blocks.weight_norm_, direct.weight_norm_, rtol=1e-8)
     # a callable kernel beyond the budget: evaluated in blocks, not as a whole Gram matrix
     gamma = blocks._kernel_fit_.gamma
 
@@ -116,6 +117,24 @@ def test_nystroem_preconditioner_and_block_pcg():
     np.testing.assert_allclose(Z, np.linalg.solve(K + np.diag(d), B), rtol=1e-8, atol=1e-8)
     _, it, ok = block_pcg(lambda V: K @ V + d[:, None] * V, B, lambda V: V, 1e-14, max_iter=2)
     assert not ok and it == 2
+
+
+def test_kernel_cg_without_the_gram_matrix_reads_the_norm_off_the_system(heart):
+    """Conjugate gradients over a budget below the m x m matrix (kernel rows in blocks): the
+    squared RKHS norm c^T K c comes from K c = [1, y] - D Z of the solved system, and equals the
+    norm from the kernel matrix."""
+    from margindist.kernels import kernel_matrix, resolve_kernel
+    from margindist.solvers import lssvm as ls
+
+    X, y = heart
+    y = np.where(y == np.unique(y)[1], 1.0, -1.0)
+    spec = resolve_kernel("rbf", X, gamma=0.1)
+    s = np.random.default_rng(0).uniform(0.5, 2.0, size=y.size)
+    res = ls.lssvm_kernel(spec, X, y, s, 4.0, solver="cg", tol=1e-12, max_bytes=16 * 8 * y.size)
+    K = kernel_matrix(spec, X)
+    assert res.converged and res.norm_sq is not None
+    np.testing.assert_allclose(res.norm_sq, res.coef @ K @ res.coef, rtol=1e-9)
+    assert res.norm_sq == pytest.approx(ls.lssvm_kernel(spec, X, y, s, 4.0, solver="cholesky").norm_sq, rel=1e-9)
 
 
 def test_auto_kernel_solver_gives_way_to_cholesky_when_cg_would_be_slow():

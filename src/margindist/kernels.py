@@ -557,15 +557,56 @@ def _store_block(slots, B, r0, tile):
 
 
 @njit(cache=True)
-def _cached_rows_dot(slots, slot_of, rows, v, out):
-    """out[i] = <K[i, :], v> for the cached rows i in ``rows`` (float64 sums whatever the storage)."""
-    m = v.shape[0]
+def _triangle_dot(kind, params, XT, sq, VT, outT, work):
+    """outT += V^T K over the rows of X^T (d, r) (K symmetric: k(x_a, x_b) for b >= a only, by
+    the compiled chunks of :func:`compute_kernel_row`, each value applied to both sides while
+    it is in L1); VT, outT (k, r); ``work`` (2, >= _ROW_CHUNK) float64."""
+    r = XT.shape[1]
+    for a in range(r):
+        for start in range(a, r, _ROW_CHUNK):
+            stop = min(start + _ROW_CHUNK, r)
+            n = stop - start
+            o = work[0, :n]
+            _dot_chunk_dense(XT, a, start, stop, o)
+            _transform_chunk(kind, params, o, sq[start:stop], sq[a], work[1, :n])
+            for c in range(VT.shape[0]):
+                vc = VT[c, start:stop]
+                oc = outT[c, start:stop]
+                va = VT[c, a]
+                acc = 0.0
+                for j in range(n):
+                    acc += o[j] * vc[j]
+                    oc[j] += o[j] * va
+                if start == a:  # the diagonal value counts once
+                    oc[0] -= o[0] * va
+                outT[c, a] += acc
+
+
+@njit(cache=True)
+def _cached_rows_dot(slots, slot_of, rows, scatter, VT, outT):
+    """For the cached rows i in ``rows``: outT[:, i] = V^T K[i, :]^T, and outT[:, j] +=
+    scatter[j] K[i, j] V[i] for every row j (K symmetric: the columns of the cached rows;
+    ``scatter`` 1.0 on the rows that are not cached, 0.0 elsewhere, or empty for none);
+    VT = V^T (k, m), outT (k, m) zeroed; float64 sums whatever the storage. One vectorised
+    pass over each row and column of V."""
+    m = VT.shape[1]
+    both = scatter.shape[0] == m
     for i in rows:
         row = slots[slot_of[i]]
-        acc = 0.0
-        for j in range(m):
-            acc += row[j] * v[j]
-        out[i] = acc
+        for c in range(VT.shape[0]):
+            vc = VT[c]
+            oc = outT[c]
+            acc = 0.0
+            if both:
+                vi = vc[i]
+                for j in range(m):
+                    r = row[j]
+                    acc += r * vc[j]
+                    oc[j] += (r * vi) * scatter[j]
+            else:
+                for j in range(m):
+                    acc += row[j] * vc[j]
+            oc[i] += acc
 
 
 #: The state of a :class:`KernelRowCache` as compiled code receives it. ``slots`` (n_slots, m):
@@ -762,41 +803,60 @@ class KernelRowCache:
         return sp.csr_matrix((r.data, r.indices, r.indptr), shape=(st.slot_of.shape[0], r.n_features))
 
     def dot(self, v, *, block_bytes: int = 32 * 2**20) -> np.ndarray:
-        """K @ v in float64 for v of shape (m,) or (m, k), without caching anything: cached rows
-        are read, the others are computed in blocks of at most ``block_bytes`` (float64) by BLAS
-        products and the compiled kernel transform (dense data), sparse products (CSR) or read
-        from the Gram matrix (precomputed), once for all k columns. O(m^2 d) for the rows not
-        cached."""
+        """K @ v in float64 for v of shape (m,) or (m, k), without caching anything, once for all
+        k columns. K is symmetric, so each kernel value is used twice and computed at most once:
+
+        * the cached rows C give (K v)_C = K_C v and, read by columns, K_RC v_C for the other
+          rows R (one compiled pass over the cached rows);
+        * K_RR v_R, the only part computed: for dense rows by the compiled rows of the cache over
+          the upper triangle (each value applied to both sides while in L1); for CSR rows in
+          square blocks (I, J), J >= I (at most ``block_bytes`` of float64 each) of sparse
+          products and the compiled transform, applied as K_IJ v_J and K_IJ^T v_I. A
+          precomputed kernel reads K_R from the Gram matrix.
+
+        O(|R|^2 d / 2) kernel work for |R| rows not cached (a device: K_R v from the device)."""
         st = self.state
         v = np.ascontiguousarray(v, dtype=np.float64)
         m = v.shape[0]
         V = v.reshape(m, -1)
-        out = np.empty(V.shape)
         rows = np.flatnonzero(st.slot_of >= 0)
-        col = np.empty(m)
-        for c in range(V.shape[1]):
-            _cached_rows_dot(st.slots, st.slot_of, rows, np.ascontiguousarray(V[:, c]), col)
-            out[rows, c] = col[rows]
         rest = np.flatnonzero(st.slot_of < 0)
+        X = None if st.kind == KIND_PRECOMPUTED else self._data()
+        on_device = None if X is None else _device_products(self.spec)
+        whole_rows = X is None or on_device is not None  # K_R read or computed whole: no K_RC v_C
+        outT = np.zeros((V.shape[1], m))
+        scatter = np.zeros(0 if whole_rows or rest.size == 0 else m)
+        scatter[rest[: scatter.size]] = 1.0
+        _cached_rows_dot(st.slots, st.slot_of, rows, scatter, np.ascontiguousarray(V.T), outT)
+        out = np.ascontiguousarray(outT.T)
         if rest.size == 0:
             return out.reshape(v.shape)
-        if st.kind == KIND_PRECOMPUTED:
-            out[rest] = st.X[rest] @ V
+        if whole_rows:
+            out[rest] = st.X[rest] @ V if X is None else on_device(self.spec, X[rest], X, V, max_bytes=block_bytes)
             return out.reshape(v.shape)
-        X = self._data()
-        on_device = _device_products(self.spec)
-        if on_device is not None:
-            out[rest] = on_device(self.spec, X[rest], X, V, max_bytes=block_bytes)
+        if st.X.shape[0] > 0:  # dense rows: the compiled triangle
+            outR = np.zeros((V.shape[1], rest.size))
+            _triangle_dot(st.kind, st.params, np.ascontiguousarray(st.X[:, rest]), st.sq_norms[rest],
+                          np.ascontiguousarray(V[rest].T), outR, st.work)
+            out[rest] += outR.T
             return out.reshape(v.shape)
-        dense = st.X.shape[0] > 0
-        step = int(max(16, min(rest.size, block_bytes // (8 * m))))
-        for a in range(0, rest.size, step):
-            idx = rest[a : a + step]
-            B = st.X[:, idx].T @ st.X if dense else (X[idx] @ X.T).toarray()
-            B = np.ascontiguousarray(B, dtype=np.float64)
-            _transform_block(st.kind, st.params, B, st.sq_norms[idx], st.sq_norms, st.work[1])
-            out[idx] = B @ V
+        step = int(max(16, min(rest.size, np.sqrt(block_bytes / 8))))
+        blocks = [rest[a : a + step] for a in range(0, rest.size, step)]
+        for p, I in enumerate(blocks):
+            for q in range(p, len(blocks)):
+                J = blocks[q]
+                B = self._csr_block(X, I, J)
+                out[I] += B @ V[J]
+                if q > p:
+                    out[J] += B.T @ V[I]
         return out.reshape(v.shape)
+
+    def _csr_block(self, X, I, J):
+        """k(x_i, x_j) for i in I, j in J (index arrays) of CSR rows X, float64."""
+        st = self.state
+        B = np.ascontiguousarray((X[I] @ X[J].T).toarray(), dtype=np.float64)
+        _transform_block(st.kind, st.params, B, st.sq_norms[I], st.sq_norms[J], st.work[1])
+        return B
 
     def prefill(self) -> int:
         """Compute the first rows into their slots now, as many as the budget holds (all of

@@ -25,6 +25,7 @@ Solved by Cholesky of the d x d matrix (O(m d^2 + d^3)) or by CG with products t
 
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import dataclass
 
@@ -34,7 +35,7 @@ from scipy.sparse.linalg import LinearOperator, cg
 from sklearn.exceptions import ConvergenceWarning
 
 from ..kernels import DEFAULT_CACHE_BYTES, KernelRowCache, KernelSpec, kernel_decision, kernel_matrix, psd_inverse_sqrt
-from ._gram import weighted_gram, x_dot, xt_dot
+from ._gram import sym_dot, weighted_gram, x_dot, xt_dot
 from ._result import UnpackableResult
 
 
@@ -165,16 +166,26 @@ def _cholesky_solve(G, y, d):
     return sol[:, 0], sol[:, 1]
 
 
+def _gram_product(spec, G):
+    """v -> G v: through one triangle (:func:`~._gram.sym_dot`) for a kernel matrix that
+    :func:`~margindist.kernels.kernel_matrix` computed (exactly symmetric), by ``G @ v`` for a
+    precomputed one (the user's matrix, symmetric or not)."""
+    if spec.kind == "precomputed":
+        return G.__matmul__
+    return functools.partial(sym_dot, G)
+
+
 def _cg_solve(spec, X, G, y, d, tol, max_iter, give_up=None, max_bytes=None):
     """(eta, nu) by block PCG on (K + D) [z_1, z_2] = [1, y] (eta = Y z_1, nu = Y z_2) with the
     Nyström preconditioner; products with G, or, when G is None, with the kernel rows of a
     :class:`~margindist.kernels.KernelRowCache` of ``max_bytes`` (as many rows as it holds
     computed once, the others in compiled blocks for each product; a callable kernel, which a
     row cache would evaluate whole, in blocks of :func:`~margindist.kernels.kernel_decision`).
-    Returns (eta, nu, iterations, converged)."""
+    Returns (eta, nu, iterations, converged, K Z) with K Z = [1, y] - D Z read off the system
+    (to the residual of the solve; no product with K)."""
     m = y.shape[0]
     if G is not None:
-        kmul = G.__matmul__
+        kmul = _gram_product(spec, G)
     elif spec.kind == "callable":
         def kmul(V):
             return kernel_decision(spec, X, X, V)
@@ -187,8 +198,9 @@ def _cg_solve(spec, X, G, y, d, tol, max_iter, give_up=None, max_bytes=None):
         return kmul(V) + d[:, None] * V
 
     prec = nystroem_preconditioner(spec, X, G, d)
-    Z, n_iter, converged = block_pcg(hmul, np.column_stack([np.ones(m), y]), prec, tol, max_iter, give_up)
-    return y * Z[:, 0], y * Z[:, 1], n_iter, converged
+    B = np.column_stack([np.ones(m), y])
+    Z, n_iter, converged = block_pcg(hmul, B, prec, tol, max_iter, give_up)
+    return y * Z[:, 0], y * Z[:, 1], n_iter, converged, B - d[:, None] * Z
 
 
 def lssvm_kernel(spec: KernelSpec, X, y, sample_weight, C, *, solver="cholesky", tol=1e-10,
@@ -217,7 +229,7 @@ def lssvm_kernel(spec: KernelSpec, X, y, sample_weight, C, *, solver="cholesky",
         eta, nu = _cholesky_solve(G, y, d)
     else:
         give_up = max(m / AUTO_CG_RATIO, 2 * _GIVE_UP_AFTER) if solver == "auto" else None
-        eta, nu, n_iter, converged = _cg_solve(spec, X, G, y, d, tol, max_iter, give_up, max_bytes)
+        eta, nu, n_iter, converged, KZ = _cg_solve(spec, X, G, y, d, tol, max_iter, give_up, max_bytes)
         if solver == "auto" and not converged:
             if log is not None:
                 log.info("LSSVM: CG predicted more than %d iterations after %d; Cholesky instead", give_up, n_iter)
@@ -227,7 +239,12 @@ def lssvm_kernel(spec: KernelSpec, X, y, sample_weight, C, *, solver="cholesky",
             _warn_cg(tol, n_iter)
     b = float(y @ nu / (y @ eta))
     c = (nu - b * eta) * y
-    norm_sq = None if G is None else max(float(c @ (G @ c)), 0.0)
+    if G is not None:
+        norm_sq = max(float(c @ _gram_product(spec, G)(c)), 0.0)
+    elif converged:  # K c = K (Z_2 - b Z_1) from the system, to the solve's residual
+        norm_sq = max(float(c @ (KZ[:, 1] - b * KZ[:, 0])), 0.0)
+    else:
+        norm_sq = None
     return LSSVMResult(coef=c, b=b, n_iter=n_iter, converged=bool(converged), norm_sq=norm_sq)
 
 
