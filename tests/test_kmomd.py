@@ -91,6 +91,46 @@ def test_smo_matches_generic_qp(lam, weighted):
     assert res.theta == pytest.approx(0.5 * res.gamma @ res.scores)
 
 
+@pytest.mark.parametrize("cached", [False, True])
+def test_update_and_selection_of_the_violating_pair(cached):
+    """The fused gradient update and working-set selection (the lane-wise extrema without a row
+    cache, the single loop with one) against NumPy: the updated G, min G and the first row that
+    attains it, max G over the rows with mass and its first row, and among the cached rows the
+    same two; integer data with many ties, ranges of every length around the lane width."""
+    from margindist.solvers.kmomd import _update_select
+
+    rng = np.random.default_rng(3)
+    for _ in range(400):
+        m = int(rng.integers(1, 40))
+        lo = int(rng.integers(0, m))
+        hi = int(rng.integers(lo + 1, m + 1))
+        G = rng.integers(-3, 3, size=m).astype(np.float64)
+        gamma = np.where(rng.random(m) < 0.5, rng.random(m), 0.0)
+        Ka, Kb = (rng.integers(0, 3, size=m).astype(np.float32) for _ in range(2))
+        slot_of = np.where(rng.random(m) < 0.4, 1, -1) if cached else np.zeros(0, dtype=np.int64)
+        want = G.copy()
+        want[lo:hi] += 0.5 * (Ka[lo:hi].astype(np.float64) - Kb[lo:hi])
+        got = _update_select(G, gamma, lo, hi, Ka, Kb, 0.5, slot_of)
+        np.testing.assert_array_equal(G, want)
+
+        def first(rows, best):
+            rows = lo + np.flatnonzero(rows)
+            if rows.size == 0:
+                return -1, -np.inf
+            j = rows[int(best(want[rows]))]
+            return int(j), want[j]
+
+        mass, all_rows = gamma[lo:hi] > 0, np.ones(hi - lo, dtype=bool)
+        r, gmin = first(all_rows, np.argmin)
+        q, gmax = first(mass, np.argmax)
+        assert got[:4] == (gmin, gmax, r, q)
+        if cached:
+            c = slot_of[lo:hi] >= 0
+            assert got[4:] == (first(c, np.argmin)[0], first(c & mass, np.argmax)[0])
+        else:
+            assert got[4:] == (-1, -1)
+
+
 def test_kkt_conditions_at_tight_tol():
     X, y = _data(m=60, seed=3)
     lam = 0.05

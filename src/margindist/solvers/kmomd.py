@@ -138,17 +138,23 @@ class KMOMDResult(SolverResult):
 # --------------------------------------------------------------------------------------
 
 
+#: Independent running minima / maxima of :func:`_update_select` (no chain of dependent
+#: selects from one element to the next).
+_LANES = 8
+
+
 @njit(cache=True)
 def _update_select(G, gamma, lo, hi, Ka, Kb, k, slot_of):
     """G_j += k (Ka_j - Kb_j) on rows lo..hi-1, fused with the selection of the class's maximal
     violating pair: returns (min_j G_j, max_{j: gamma_j > 0} G_j, argmin, argmax), argmax -1 if no
     row carries mass, then the argmin and argmax over the rows whose kernel row is cached
     (``slot_of`` >= 0; -1 when ``slot_of`` is empty: no such selection). Ka, Kb may be
-    float32 kernel rows (differences taken in float64).
+    float32 kernel rows (differences taken in float64). Ties go to the first row.
 
     (Returning the selection rather than writing it into an array argument keeps the loop
     about twice as fast.)"""
-    cached = slot_of.shape[0] > 0
+    if slot_of.shape[0] == 0:
+        return _update_select_lanes(G, gamma, lo, hi, Ka, Kb, k)
     gmin = np.inf
     gmax = -np.inf
     cmin = np.inf
@@ -167,7 +173,7 @@ def _update_select(G, gamma, lo, hi, Ka, Kb, k, slot_of):
         if gq > gmax:
             gmax = gq
             q = j
-        if cached and slot_of[j] >= 0:
+        if slot_of[j] >= 0:
             if g < cmin:
                 cmin = g
                 rc = j
@@ -175,6 +181,46 @@ def _update_select(G, gamma, lo, hi, Ka, Kb, k, slot_of):
                 cmax = gq
                 qc = j
     return gmin, gmax, r, q, rc, qc
+
+
+@njit(cache=True)
+def _update_select_lanes(G, gamma, lo, hi, Ka, Kb, k):
+    """:func:`_update_select` without the cached rows' selection: the update and the two extrema
+    in :data:`_LANES` independent lanes, then the first row that attains each (a scan that
+    stops there). A single running minimum compiles to a chain of dependent selects, which
+    took 2.5 times as long at 14 000 rows."""
+    lmin = np.full(_LANES, np.inf)
+    lmax = np.full(_LANES, -np.inf)
+    stop = hi - (hi - lo) % _LANES
+    for j0 in range(lo, stop, _LANES):
+        for t in range(_LANES):
+            j = j0 + t
+            g = G[j] + k * (np.float64(Ka[j]) - np.float64(Kb[j]))
+            G[j] = g
+            a = lmin[t]
+            lmin[t] = g if g < a else a
+            gq = g if gamma[j] > 0.0 else -np.inf
+            b = lmax[t]
+            lmax[t] = gq if gq > b else b
+    gmin = lmin.min()
+    gmax = lmax.max()
+    for j in range(stop, hi):
+        g = G[j] + k * (np.float64(Ka[j]) - np.float64(Kb[j]))
+        G[j] = g
+        gmin = min(gmin, g)
+        if gamma[j] > 0.0:
+            gmax = max(gmax, g)
+    r = q = -1
+    for j in range(lo, hi):
+        if G[j] == gmin:
+            r = j
+            break
+    if gmax > -np.inf:
+        for j in range(lo, hi):
+            if G[j] == gmax and gamma[j] > 0.0:
+                q = j
+                break
+    return gmin, gmax, r, q, -1, -1
 
 
 @njit(cache=True)
