@@ -423,6 +423,33 @@ def test_binary_reduction_gradient_and_hessian(loss, p):
             np.testing.assert_allclose(prob._hessian() @ w, prob.hvp(w), rtol=1e-10, atol=1e-12)
 
 
+def test_smoothing_stages():
+    from margindist.solvers.m3svm_newton import smoothing_stages
+
+    assert smoothing_stages(0.1) == [1.0, 0.1]
+    assert smoothing_stages(0.02) == [1.0, 0.1, 0.02]
+    assert smoothing_stages(0.3) == [1.0, 0.3]
+    assert smoothing_stages(0.5) == [0.5] and smoothing_stages(4.0) == [4.0]
+
+
+@pytest.mark.parametrize("p", [1.5, 4.0])
+def test_binary_newton_continuation_reaches_the_same_minimiser(p):
+    """Through delta = 1 and 0.1 to delta = 0.02 (sparse rows, CG) and straight at 0.02: the same
+    minimiser, checked against L-BFGS; the steps of every stage are counted."""
+    X, y, sw = _binary_data()
+    X = sp.csr_matrix(X)
+    kw = {"lam": 0.05, "p": p, "delta": 0.02, "eps": 1e-6, "loss": "smooth_hinge", "fit_intercept": True}
+    ref = m3svm_lbfgs(X, y, sw, 2, tol=1e-10, **kw)
+    staged = m3svm_newton_binary(X, y, sw, tol=1e-10, **kw)
+    plain = m3svm_newton_binary(X, y, sw, tol=1e-10, continuation=False, **kw)
+    assert staged.converged and plain.converged
+    for res in (staged, plain):
+        assert abs(res.objective - ref.objective) <= 1e-10 * ref.objective
+        np.testing.assert_allclose(res.coef, ref.coef, atol=1e-6 * np.abs(ref.coef).max())
+    # three stages, each history with its start; p < 2 adds the steps that leave the origin
+    assert staged.n_iter >= len(staged.history) - 3 and (p < 2 or staged.n_iter == len(staged.history) - 3)
+
+
 @pytest.mark.parametrize("loss", ["smooth_hinge", "softmax"])
 @pytest.mark.parametrize("p", [1.0, 1.5, 2.0, 4.0])
 @pytest.mark.parametrize("fit_intercept", [True, False])

@@ -77,6 +77,7 @@ __all__ = [
     "m3svm_newton_multiclass",
     "newton_minimize",
     "pcg",
+    "smoothing_stages",
 ]
 
 #: Dense binary problems with at most this many features solve the Newton system directly.
@@ -430,16 +431,38 @@ def _off_the_origin(prob, x, tol, max_iter):
     return x + t * step, False, it
 
 
+def smoothing_stages(delta) -> list[float]:
+    """The deltas of the smoothed hinge that :func:`m3svm_newton_binary` minimises in turn for
+    ``delta``: 1, 0.1, 0.01, ... while above 2 delta, then delta itself (just [delta] from 0.5 on).
+
+    Newton's method on g with a small delta (curvature up to 1 / (2 delta) in a band of width
+    about delta around the kink) takes many damped steps while the margins cross that band;
+    from the minimiser for a 10 times larger delta it starts where most margins have settled.
+    On 200k x 50k sparse rows (delta = 0.1, the default lam): 22 Newton steps and 215
+    Hessian-vector products directly, 4 + 13 steps and 69 + 98 products through delta = 1,
+    the same objective to the stopping rule."""
+    stages, level = [], 1.0
+    while level > 2.0 * delta:
+        stages.append(level)
+        level /= 10.0
+    return stages + [float(delta)]
+
+
 def m3svm_newton_binary(X, y_index, sample_weight, *, lam, p, delta, eps, loss, fit_intercept,
                         max_iter=1000, tol=1e-6, coef_init=None, intercept_init=None, direct=None,
-                        log=None):
+                        continuation=True, log=None):
     """Minimise F for two classes through the (d + 1)-variable problem F2 of the module docstring.
 
     ``direct``: solve the Newton systems with the explicit Hessian (default: dense X with at most
     ``DIRECT_MAX_FEATURES`` features) or by preconditioned CG. Needs p >= 1 (convexity). For
     p < 2 the Hessian of ||u||^p is unbounded at u = 0, so a start there first moves off the
     origin (:func:`_off_the_origin`, which also recognises u = 0 as the minimiser where it is:
-    p = 1 and a large lam); F2 is smooth along the rest of the path. Returns an
+    p = 1 and a large lam); F2 is smooth along the rest of the path. ``continuation`` (smoothed
+    hinge, CG systems, no warm start): minimise F2 for the deltas of :func:`smoothing_stages` in
+    turn, each from the previous minimiser, each to ``tol`` (the last one is the problem asked
+    for; ``max_iter`` counts the Newton steps of all stages, and so does the history). The
+    direct systems are for dense rows with few features, where Newton's method takes a few
+    steps from zero anyway (120k x 100: 5 steps directly, 5 + 4 through delta = 1). Returns an
     :class:`M3SVMResult` with coef = [-u/2, u/2], intercept = [-c/2, c/2].
     """
     if p < 1:
@@ -455,18 +478,31 @@ def m3svm_newton_binary(X, y_index, sample_weight, *, lam, p, delta, eps, loss, 
         x0[:d] = W0[1] - W0[0]
     if fit_intercept and intercept_init is not None:
         x0[d] = float(intercept_init[1] - intercept_init[0])
-    prob = _BinaryProblem(X, z, s, lam=lam, p=p, delta=delta, eps=eps, loss=loss,
+    cold = coef_init is None and intercept_init is None  # a warm start is near its minimiser already
+    staged = continuation and cold and not direct and loss != "softmax"
+    stages = smoothing_stages(delta) if staged else [delta]
+    prob = _BinaryProblem(X, z, s, lam=lam, p=p, delta=stages[0], eps=eps, loss=loss,
                           fit_intercept=fit_intercept, direct=direct)
-    it0, optimal = 0, False
+    it, optimal = 0, False
     if p < 2 and not np.any(x0[:d]):
-        x0, optimal, it0 = _off_the_origin(prob, x0, tol, max_iter)
+        x0, optimal, it = _off_the_origin(prob, x0, tol, max_iter)
+    if optimal:  # u = 0 for the first delta; the later ones start there
+        prob.delta = stages[-1]
+        x0, optimal, n = _off_the_origin(prob, x0, tol, max_iter)
+        it += n
     if optimal:
         f, _ = prob.set_point(x0)
-        it, converged, hist = 0, True, np.array([f])
+        converged, hist = True, np.array([f])
     else:
-        f, _, it, converged, hist = newton_minimize(prob, x0, tol=tol, max_iter=max_iter, log=log,
-                                                    name="Newton (binary, " + ("direct)" if direct else "CG)"))
-    it += it0
+        name = "Newton (binary, " + ("direct)" if direct else "CG)")
+        hists = []
+        for level in stages[stages.index(prob.delta):]:
+            prob.delta = level
+            f, _, n, converged, h = newton_minimize(prob, x0, tol=tol, max_iter=max_iter - it, log=log,
+                                                    name=f"{name}, delta={level:g}")
+            it, x0 = it + n, prob.x
+            hists.append(h)
+        hist = np.concatenate(hists)
     _check_finite(prob.x, "newton", "Check the data scaling (standardise the features) or raise eps.")
     u, c = prob._split(prob.x)
     return M3SVMResult(coef=np.vstack([-0.5 * u, 0.5 * u]), intercept=np.array([-0.5 * c, 0.5 * c]),
