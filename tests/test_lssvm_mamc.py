@@ -1,5 +1,7 @@
 """LSSVM and MAMC against independent computations (KKT system, closed forms)."""
 
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.linear_model import Ridge
@@ -135,6 +137,48 @@ def test_kernel_cg_without_the_gram_matrix_reads_the_norm_off_the_system(heart):
     assert res.converged and res.norm_sq is not None
     np.testing.assert_allclose(res.norm_sq, res.coef @ K @ res.coef, rtol=1e-9)
     assert res.norm_sq == pytest.approx(ls.lssvm_kernel(spec, X, y, s, 4.0, solver="cholesky").norm_sq, rel=1e-9)
+
+
+def test_cholesky_keeps_the_callers_matrices_and_falls_back_when_indefinite(heart):
+    """The Cholesky path factorises a kernel matrix it made in that matrix's own memory (one
+    m x m array), never a matrix it was given (a precomputed kernel, a grid search's shared
+    Gram matrix); an indefinite kernel falls back to the symmetric indefinite solve of a
+    freshly made matrix. Every route solves the KKT system of the module docstring."""
+    from margindist.kernels import kernel_matrix, resolve_kernel
+    from margindist.solvers import lssvm as ls
+
+    X, y = heart
+    y = np.where(y == np.unique(y)[1], 1.0, -1.0)
+    s = np.random.default_rng(1).uniform(0.5, 2.0, size=y.size)
+    m = y.size
+
+    def kkt(K, C):
+        A = np.zeros((m + 1, m + 1))
+        A[0, 1:] = A[1:, 0] = y
+        A[1:, 1:] = np.outer(y, y) * K + np.diag(1.0 / (C * s))
+        sol = np.linalg.solve(A, np.concatenate([[0.0], np.ones(m)]))
+        return sol[1:] * y, sol[0]
+
+    for spec, C, indefinite in ((resolve_kernel("rbf", X, gamma=0.1), 4.0, False),
+                                (resolve_kernel("sigmoid", X, gamma=0.5, coef0=-1.0), 1e6, True)):
+        K = kernel_matrix(spec, X)
+        assert (np.linalg.eigvalsh(K)[0] < -1e-3) == indefinite
+        coef, b = kkt(K, C)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            own = ls.lssvm_kernel(spec, X, y, s, C, solver="cholesky")
+        assert any("not positive semi-definite" in str(w.message) for w in caught) == indefinite
+        np.testing.assert_allclose(own.coef, coef, rtol=1e-6, atol=1e-8 * np.abs(coef).max())
+        assert own.b == pytest.approx(b, rel=1e-6, abs=1e-8)
+        assert own.norm_sq == pytest.approx(max(coef @ K @ coef, 0.0), rel=1e-6, abs=1e-8)
+        for given in ({"gram": K}, {"spec": resolve_kernel("precomputed"), "X": K}):
+            K0 = K.copy()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                res = ls.lssvm_kernel(given.get("spec", spec), given.get("X", X), y, s, C, solver="cholesky",
+                                      gram=given.get("gram"))
+            np.testing.assert_array_equal(K, K0)
+            np.testing.assert_allclose(res.coef, coef, rtol=1e-6, atol=1e-8 * np.abs(coef).max())
 
 
 def test_auto_kernel_solver_gives_way_to_cholesky_when_cg_would_be_slow():

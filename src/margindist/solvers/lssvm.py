@@ -145,15 +145,28 @@ def block_pcg(hmul, B, prec, tol, max_iter=None, give_up=None):
 AUTO_CG_RATIO = 140
 
 
-def _cholesky_solve(G, y, d):
+def _system(G, y, d, overwrite):
+    """H = Y G Y + D, in G's own memory (``overwrite``) or in a copy of it."""
+    H = G if overwrite else np.array(G, dtype=np.float64)
+    H *= y[:, None]
+    H *= y
+    H[np.diag_indices(y.shape[0])] += d
+    return H
+
+
+def _cholesky_solve(G, y, d, remake=None):
     """(eta, nu) = Y (K + D)^{-1} [1, y] by one Cholesky factorisation (a symmetric indefinite
-    one, with a warning, for a kernel that is not positive semi-definite)."""
+    one, with a warning, for a kernel that is not positive semi-definite).
+
+    ``remake``: None, G is the caller's and stays as it is (a copy is factorised, two m x m
+    arrays at the peak); else G is factorised in its own memory (one m x m array) and
+    ``remake()`` computes it again should the indefinite solve be needed."""
     m = y.shape[0]
-    H = (y[:, None] * G) * y[None, :]
-    H[np.diag_indices(m)] += d
     rhs = np.column_stack([y, np.ones(m)])
-    try:
-        sol = sla.cho_solve(sla.cho_factor(H, lower=True, check_finite=False), rhs, check_finite=False)
+    H = _system(G, y, d, overwrite=remake is not None)
+    try:  # H.T: the same symmetric matrix in Fortran order, which LAPACK factorises in place
+        factor = sla.cho_factor(H.T, lower=True, overwrite_a=True, check_finite=False)
+        sol = sla.cho_solve(factor, rhs, check_finite=False)
     except np.linalg.LinAlgError:
         warnings.warn(
             "The kernel matrix is not positive semi-definite, so the LS-SVM system is "
@@ -162,7 +175,8 @@ def _cholesky_solve(G, y, d):
             UserWarning,
             stacklevel=4,
         )
-        sol = sla.solve(H, rhs, assume_a="sym", check_finite=False)
+        H = _system(G, y, d, overwrite=False) if remake is None else _system(remake(), y, d, overwrite=True)
+        sol = sla.solve(H.T, rhs, assume_a="sym", overwrite_a=True, check_finite=False)
     return sol[:, 0], sol[:, 1]
 
 
@@ -175,14 +189,23 @@ def _gram_product(spec, G):
     return functools.partial(sym_dot, G)
 
 
+def _norm_sq(spec, G, y, d, eta, nu, b, c):
+    """c^T K c: from the kernel matrix G when at hand, else read off the solved system. With
+    Z = Y [eta, nu] the system says K Z = [1, y] - D Z (to the residual of the solve), and
+    c = Z_2 - b Z_1."""
+    if G is not None:
+        return max(float(c @ _gram_product(spec, G)(c)), 0.0)
+    Kc = (y - d * y * nu) - b * (1.0 - d * y * eta)
+    return max(float(c @ Kc), 0.0)
+
+
 def _cg_solve(spec, X, G, y, d, tol, max_iter, give_up=None, max_bytes=None):
     """(eta, nu) by block PCG on (K + D) [z_1, z_2] = [1, y] (eta = Y z_1, nu = Y z_2) with the
     Nyström preconditioner; products with G, or, when G is None, with the kernel rows of a
     :class:`~margindist.kernels.KernelRowCache` of ``max_bytes`` (as many rows as it holds
     computed once, the others in compiled blocks for each product; a callable kernel, which a
     row cache would evaluate whole, in blocks of :func:`~margindist.kernels.kernel_decision`).
-    Returns (eta, nu, iterations, converged, K Z) with K Z = [1, y] - D Z read off the system
-    (to the residual of the solve; no product with K)."""
+    Returns (eta, nu, iterations, converged)."""
     m = y.shape[0]
     if G is not None:
         kmul = _gram_product(spec, G)
@@ -198,9 +221,8 @@ def _cg_solve(spec, X, G, y, d, tol, max_iter, give_up=None, max_bytes=None):
         return kmul(V) + d[:, None] * V
 
     prec = nystroem_preconditioner(spec, X, G, d)
-    B = np.column_stack([np.ones(m), y])
-    Z, n_iter, converged = block_pcg(hmul, B, prec, tol, max_iter, give_up)
-    return y * Z[:, 0], y * Z[:, 1], n_iter, converged, B - d[:, None] * Z
+    Z, n_iter, converged = block_pcg(hmul, np.column_stack([np.ones(m), y]), prec, tol, max_iter, give_up)
+    return y * Z[:, 0], y * Z[:, 1], n_iter, converged
 
 
 def lssvm_kernel(spec: KernelSpec, X, y, sample_weight, C, *, solver="cholesky", tol=1e-10,
@@ -224,27 +246,26 @@ def lssvm_kernel(spec: KernelSpec, X, y, sample_weight, C, *, solver="cholesky",
         G = kernel_matrix(spec, X)
     else:
         G = None
+    # a kernel matrix made here may be factorised in its own memory (then it is gone)
+    remake = None if G is None or G is gram or spec.kind == "precomputed" else functools.partial(kernel_matrix, spec, X)
     n_iter, converged = 1, True
     if solver == "cholesky":
-        eta, nu = _cholesky_solve(G, y, d)
+        eta, nu = _cholesky_solve(G, y, d, remake)
+        G = G if remake is None else None
     else:
         give_up = max(m / AUTO_CG_RATIO, 2 * _GIVE_UP_AFTER) if solver == "auto" else None
-        eta, nu, n_iter, converged, KZ = _cg_solve(spec, X, G, y, d, tol, max_iter, give_up, max_bytes)
+        eta, nu, n_iter, converged = _cg_solve(spec, X, G, y, d, tol, max_iter, give_up, max_bytes)
         if solver == "auto" and not converged:
             if log is not None:
                 log.info("LSSVM: CG predicted more than %d iterations after %d; Cholesky instead", give_up, n_iter)
-            eta, nu = _cholesky_solve(G, y, d)
+            eta, nu = _cholesky_solve(G, y, d, remake)
+            G = G if remake is None else None
             n_iter, converged = n_iter + 1, True
         elif not converged:
             _warn_cg(tol, n_iter)
     b = float(y @ nu / (y @ eta))
     c = (nu - b * eta) * y
-    if G is not None:
-        norm_sq = max(float(c @ _gram_product(spec, G)(c)), 0.0)
-    elif converged:  # K c = K (Z_2 - b Z_1) from the system, to the solve's residual
-        norm_sq = max(float(c @ (KZ[:, 1] - b * KZ[:, 0])), 0.0)
-    else:
-        norm_sq = None
+    norm_sq = _norm_sq(spec, G, y, d, eta, nu, b, c) if G is not None or converged else None
     return LSSVMResult(coef=c, b=b, n_iter=n_iter, converged=bool(converged), norm_sq=norm_sq)
 
 
