@@ -250,4 +250,8 @@ def test_row_cache_dot_is_the_gram_product(X, rng, kind, sparse, dtype):
     assert pre.prefill() == 7 and pre.misses == 7 and not pre.is_full
     np.testing.assert_array_equal(np.array([pre.row(i) for i in range(7)]), full.matrix()[:7])
     np.testing.assert_allclose(pre.dot(V), K @ V, rtol=tol, atol=tol * np.abs(K).max() * np.abs(V).sum())
+    chosen = KernelRowCache(spec, Xin, max_bytes=7 * dtype().itemsize * X.shape[0], dtype=dtype)
+    rows = np.random.default_rng(2).permutation(X.shape[0])
+    assert chosen.prefill(rows) == 7 and np.array_equal(np.flatnonzero(chosen.state.slot_of >= 0), np.sort(rows[:7]))
+    np.testing.assert_allclose(chosen.dot(V), K @ V, rtol=tol, atol=tol * np.abs(K).max() * np.abs(V).sum())
     assert pre.misses == 7  # the products read the prefilled rows and cache nothing more

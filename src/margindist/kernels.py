@@ -858,16 +858,21 @@ class KernelRowCache:
         _transform_block(st.kind, st.params, B, st.sq_norms[I], st.sq_norms[J], st.work[1])
         return B
 
-    def prefill(self) -> int:
-        """Compute the first rows into their slots now, as many as the budget holds (all of
-        them, as :meth:`fill`, when they fit): for a caller that reads the kernel only through
-        :meth:`dot`, whose products then read those rows instead of computing them. Returns the
-        number of rows cached."""
+    def prefill(self, rows=None) -> int:
+        """Compute rows into the cache now, as many as the budget holds (all of them, as
+        :meth:`fill`, when they fit): the first rows, or the leading ones of ``rows`` (row
+        indices, distinct); for a caller that reads the kernel only through :meth:`dot`, whose
+        products then read those rows instead of computing them. Returns the number of rows
+        cached."""
         m = self.state.slot_of.shape[0]
         if self.n_slots >= m:
             self.fill()
             return m
-        _fill_rows(self.state, 0, self.n_slots)
+        if rows is None:
+            _fill_rows(self.state, 0, self.n_slots)
+        else:
+            for i in np.asarray(rows, dtype=np.int64)[: self.n_slots]:
+                cache_row(self.state, int(i))
         return self.n_slots
 
     def matrix(self) -> np.ndarray | None:

@@ -76,16 +76,26 @@ def _warn_cg(tol, n_iter):
     )
 
 
-def nystroem_preconditioner(spec: KernelSpec, X, G, d, seed=0):
+def n_landmarks(m) -> int:
+    """Landmarks of :func:`nystroem_preconditioner`: about 4 sqrt(m), at least 50, at most
+    :data:`MAX_LANDMARKS` (and m)."""
+    return int(min(m, MAX_LANDMARKS, max(50, 4 * np.sqrt(m))))
+
+
+def nystroem_preconditioner(spec: KernelSpec, X, G, d, seed=0, landmarks=None):
     """R -> (B B^T + D)^{-1} R for the columns of R: B B^T = K_nM K_MM^{-1} K_Mn, the Nyström
-    approximation of the kernel matrix K on M uniform landmark rows (about 4 sqrt(m), at least
-    50, at most :data:`MAX_LANDMARKS`), D = diag(d), by the Woodbury identity
-    (B B^T + D)^{-1} = D^{-1} - D^{-1} B (I + B^T D^{-1} B)^{-1} B^T D^{-1}. K_nM comes from
-    ``G`` (the kernel matrix, when at hand) or is computed; O(m M^2) to make, O(m M) per use."""
+    approximation of the kernel matrix K on M uniform landmark rows (:func:`n_landmarks`),
+    D = diag(d), by the Woodbury identity
+    (B B^T + D)^{-1} = D^{-1} - D^{-1} B (I + B^T D^{-1} B)^{-1} B^T D^{-1}. ``landmarks``:
+    (indices, K_nM) from a caller that has those kernel columns; else K_nM comes from ``G``
+    (the kernel matrix, when at hand) or is computed. O(m M^2) to make, O(m M) per use."""
     m = d.shape[0]
-    n_land = int(min(m, MAX_LANDMARKS, max(50, 4 * np.sqrt(m))))
-    idx = np.sort(np.random.default_rng(seed).choice(m, n_land, replace=False))
-    KnM = G[:, idx] if G is not None else kernel_matrix(spec, X, X[idx])
+    if landmarks is not None:
+        idx, KnM = landmarks
+    else:
+        idx = np.sort(np.random.default_rng(seed).choice(m, n_landmarks(m), replace=False))
+        KnM = G[:, idx] if G is not None else kernel_matrix(spec, X, X[idx])
+    n_land = idx.size
     Bd = (KnM @ psd_inverse_sqrt(KnM[idx])) / d[:, None]
     cap = sla.cho_factor(np.eye(n_land) + Bd.T @ (Bd * d[:, None]), lower=True, check_finite=False)
     return lambda R: R / d[:, None] - Bd @ sla.cho_solve(cap, Bd.T @ R, check_finite=False)
@@ -202,8 +212,9 @@ def _norm_sq(spec, G, y, d, eta, nu, b, c):
 def _cg_solve(spec, X, G, y, d, tol, max_iter, give_up=None, max_bytes=None):
     """(eta, nu) by block PCG on (K + D) [z_1, z_2] = [1, y] (eta = Y z_1, nu = Y z_2) with the
     Nyström preconditioner; products with G, or, when G is None, with the kernel rows of a
-    :class:`~margindist.kernels.KernelRowCache` of ``max_bytes`` (as many rows as it holds
-    computed once, the others in compiled blocks for each product; a callable kernel, which a
+    :class:`~margindist.kernels.KernelRowCache` of ``max_bytes`` (as many rows as it holds,
+    drawn at random, computed once and holding the preconditioner's landmarks, the others
+    computed for each product; a callable kernel, which a
     row cache would evaluate whole, in blocks of :func:`~margindist.kernels.kernel_decision`).
     Returns (eta, nu, iterations, converged)."""
     m = y.shape[0]
@@ -212,15 +223,22 @@ def _cg_solve(spec, X, G, y, d, tol, max_iter, give_up=None, max_bytes=None):
     elif spec.kind == "callable":
         def kmul(V):
             return kernel_decision(spec, X, X, V)
-    else:
+    landmarks = None
+    if G is None and spec.kind != "callable":
+        # rows in a random order fill the cache; the landmarks are among them, so that their
+        # kernel columns (the rows, K symmetric) cost nothing more
         cache = KernelRowCache(spec, X, max_bytes=max_bytes or DEFAULT_CACHE_BYTES, dtype=np.float64)
-        cache.prefill()
+        order = np.random.default_rng(0).permutation(m)
+        n_cached = cache.prefill(order)
         kmul = cache.dot
+        if n_landmarks(m) <= n_cached:
+            idx = np.sort(order[: n_landmarks(m)])
+            landmarks = (idx, cache.state.slots[cache.state.slot_of[idx]].T)
 
     def hmul(V):
         return kmul(V) + d[:, None] * V
 
-    prec = nystroem_preconditioner(spec, X, G, d)
+    prec = nystroem_preconditioner(spec, X, G, d, landmarks=landmarks)
     Z, n_iter, converged = block_pcg(hmul, np.column_stack([np.ones(m), y]), prec, tol, max_iter, give_up)
     return y * Z[:, 0], y * Z[:, 1], n_iter, converged
 
