@@ -423,6 +423,29 @@ def test_binary_reduction_gradient_and_hessian(loss, p):
             np.testing.assert_allclose(prob._hessian() @ w, prob.hvp(w), rtol=1e-10, atol=1e-12)
 
 
+def test_estimator_asks_for_continuation_where_the_regulariser_is_weak(monkeypatch):
+    """M3SVM passes continuation=True to the two-class Newton solver at the default lam and up to
+    CONTINUATION_MAX_LAM times its value, False above and for the softmax loss."""
+    from margindist._defaults import m3svm_lam
+    from margindist.solvers.m3svm_newton import CONTINUATION_MAX_LAM
+
+    X, y, sw = _binary_data()
+    X = sp.csr_matrix(X)
+    seen = []
+    real = m3svm_module.m3svm_newton_binary
+
+    def spy(*args, continuation=False, **kw):
+        seen.append(continuation)
+        return real(*args, continuation=continuation, **kw)
+
+    monkeypatch.setattr(m3svm_module, "m3svm_newton_binary", spy)
+    auto = m3svm_lam("auto", X, np.ones(X.shape[0]), 4.0, 2, "smooth_hinge")
+    for lam, loss, want in (("auto", "smooth_hinge", True), (0.9 * CONTINUATION_MAX_LAM * auto, "smooth_hinge", True),
+                            (1.1 * CONTINUATION_MAX_LAM * auto, "smooth_hinge", False), ("auto", "softmax", False)):
+        M3SVM(lam=lam, loss=loss, solver="newton").fit(X, y)
+        assert seen.pop() is want, (lam, loss)
+
+
 def test_smoothing_stages():
     from margindist.solvers.m3svm_newton import smoothing_stages
 
@@ -440,8 +463,8 @@ def test_binary_newton_continuation_reaches_the_same_minimiser(p):
     X = sp.csr_matrix(X)
     kw = {"lam": 0.05, "p": p, "delta": 0.02, "eps": 1e-6, "loss": "smooth_hinge", "fit_intercept": True}
     ref = m3svm_lbfgs(X, y, sw, 2, tol=1e-10, **kw)
-    staged = m3svm_newton_binary(X, y, sw, tol=1e-10, **kw)
-    plain = m3svm_newton_binary(X, y, sw, tol=1e-10, continuation=False, **kw)
+    staged = m3svm_newton_binary(X, y, sw, tol=1e-10, continuation=True, **kw)
+    plain = m3svm_newton_binary(X, y, sw, tol=1e-10, **kw)
     assert staged.converged and plain.converged
     for res in (staged, plain):
         assert abs(res.objective - ref.objective) <= 1e-10 * ref.objective

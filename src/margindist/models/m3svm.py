@@ -24,6 +24,7 @@ from ..solvers.m3svm import (
     softmax_proba,
 )
 from ..solvers.m3svm_newton import (
+    CONTINUATION_MAX_LAM,
     m3svm_lbfgs_scores,
     m3svm_newton_binary,
     m3svm_newton_multiclass,
@@ -307,6 +308,9 @@ class M3SVM(BaseMarginClassifier):
         K, d = self.classes_.size, X.shape[1]
         coef0, b0 = self._init_point(K, d)
         lam = m3svm_lam(self.lam, X, sample_weight, self.p, K, self.loss)
+        # two classes, Newton-CG: continuation in delta where the regulariser is weak
+        weak = K == 2 and self.loss != "softmax" and (self.lam == "auto" or lam <= CONTINUATION_MAX_LAM * m3svm_lam(
+            "auto", X, sample_weight, self.p, K, self.loss))
         kw = dict(lam=lam, p=float(self.p), delta=float(self.delta), eps=float(self.eps),
                   loss=self.loss, fit_intercept=self.fit_intercept, max_iter=self.max_iter,
                   tol=float(self.tol), coef_init=coef0, intercept_init=b0, log=log)
@@ -322,7 +326,7 @@ class M3SVM(BaseMarginClassifier):
             X_fit = X if space is None else space.Xr
             if space is not None:
                 kw["coef_init"] = space.to_space(coef0)
-            W, b, n_iter, obj, converged = self._fit_deterministic(solver, X_fit, y_index, sample_weight, K, kw)
+            W, b, n_iter, obj, converged = self._fit_deterministic(solver, X_fit, y_index, sample_weight, K, kw, weak)
             W = W if space is None else space.from_space(W)
             remedy = "Increase max_iter, or standardise the features."
         if not converged:
@@ -346,10 +350,10 @@ class M3SVM(BaseMarginClassifier):
         return space
 
     @staticmethod
-    def _fit_deterministic(solver, X, y_index, sample_weight, K, kw):
+    def _fit_deterministic(solver, X, y_index, sample_weight, K, kw, continuation=False):
         """The Newton or L-BFGS driver's result (coef, intercept, n_iter, objective, converged)."""
         if solver == "newton" and K == 2:
-            return m3svm_newton_binary(X, y_index, sample_weight, **kw)
+            return m3svm_newton_binary(X, y_index, sample_weight, continuation=continuation, **kw)
         if solver == "newton":
             return m3svm_newton_multiclass(X, y_index, sample_weight, K, **kw)
         fit = m3svm_lbfgs if solver == "lbfgs" else m3svm_lbfgs_scores
