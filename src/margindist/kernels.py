@@ -833,13 +833,23 @@ class KernelRowCache:
             return out.reshape(v.shape)
         if whole_rows:
             out[rest] = st.X[rest] @ V if X is None else on_device(self.spec, X[rest], X, V, max_bytes=block_bytes)
-            return out.reshape(v.shape)
-        if st.X.shape[0] > 0:  # dense rows: the compiled triangle
-            outR = np.zeros((V.shape[1], rest.size))
-            _triangle_dot(st.kind, st.params, np.ascontiguousarray(st.X[:, rest]), st.sq_norms[rest],
-                          np.ascontiguousarray(V[rest].T), outR, st.work)
-            out[rest] += outR.T
-            return out.reshape(v.shape)
+        elif st.X.shape[0] > 0:
+            out[rest] += self._triangle_product(rest, V)
+        else:
+            self._csr_blocks_product(X, rest, V, out, block_bytes)
+        return out.reshape(v.shape)
+
+    def _triangle_product(self, rest, V):
+        """K_RR V_R for dense rows R = ``rest`` by the compiled upper triangle."""
+        st = self.state
+        outR = np.zeros((V.shape[1], rest.size))
+        _triangle_dot(st.kind, st.params, np.ascontiguousarray(st.X[:, rest]), st.sq_norms[rest],
+                      np.ascontiguousarray(V[rest].T), outR, st.work)
+        return outR.T
+
+    def _csr_blocks_product(self, X, rest, V, out, block_bytes):
+        """out[R] += K_RR V_R for CSR rows R = ``rest``: square blocks (I, J), J >= I, of at most
+        ``block_bytes`` float64 each, applied as K_IJ V_J and K_IJ^T V_I."""
         step = int(max(16, min(rest.size, np.sqrt(block_bytes / 8))))
         blocks = [rest[a : a + step] for a in range(0, rest.size, step)]
         for p, I in enumerate(blocks):
@@ -849,7 +859,6 @@ class KernelRowCache:
                 out[I] += B @ V[J]
                 if q > p:
                     out[J] += B.T @ V[I]
-        return out.reshape(v.shape)
 
     def _csr_block(self, X, I, J):
         """k(x_i, x_j) for i in I, j in J (index arrays) of CSR rows X, float64."""
