@@ -176,6 +176,11 @@ def test_pair_steps_reach_the_optimum(rng, bias, ldm):
     assert f(pairs.a) == pytest.approx(ref, rel=1e-7, abs=1e-9)
     np.testing.assert_allclose(pairs.u, Q @ pairs.a, atol=1e-9)  # the kept products are exact
     np.testing.assert_allclose(pairs.a, greedy.a, atol=1e-6)
+    # shrinking (the default: variables no step would move leave the scans every m steps here)
+    # changes the path only
+    unshrunk = dcd_kernel(y, D, p, U, selection="pairs", **{**kw, "shrinking": False})
+    assert unshrunk.converged and f(unshrunk.a) == pytest.approx(ref, rel=1e-7, abs=1e-9)
+    np.testing.assert_allclose(pairs.a, unshrunk.a, atol=1e-6)
     assert dcd_kernel(y, D, p, U, a0=pairs.a, selection="pairs", **kw).n_iter <= 1
     small = KernelRowCache(KernelSpec("precomputed"), K, max_bytes=30 * 8 * m)  # rows on demand
     kw_small = {**kw, "gram": None, "cache": small}

@@ -522,19 +522,20 @@ _PAIR_CACHED = 0.7
 
 
 @njit(cache=True)
-def _pair_scan(kp, qp, a):
-    """One pass over the gradient g of the one-variable-per-sample problem: the spread of the
-    projected gradient (the stopping rule), the best single-variable step (variable, decrease),
-    and LIBSVM's first pair variable: i maximising -y_t g_t over the variables that may move by
-    +y_t (below their bound for y_t = +1, above 0 for y_t = -1), with that value ``up`` and the
-    smallest -y_t g_t ``low`` over those that may move by -y_t."""
+def _pair_scan(kp, qp, a, index, n_act):
+    """One pass over the gradient g of the one-variable-per-sample problem, on the variables
+    ``index[:n_act]``: the spread of the projected gradient (the stopping rule), the best
+    single-variable step (variable, decrease), and LIBSVM's first pair variable: i maximising
+    -y_t g_t over the variables that may move by +y_t (below their bound for y_t = +1, above 0
+    for y_t = -1), with that value ``up`` and the smallest -y_t g_t ``low`` over those that may
+    move by -y_t."""
     y, kv, o = qp.y, kp.kv, kp.o
-    m = y.shape[0]
     base = kp.bias2 * kp.sb[0]
     best, pick = 0.0, -1
     hi, lo = 0.0, 0.0
     up, i_up, low = -np.inf, -1, np.inf
-    for k in range(m):
+    for s in range(n_act):
+        k = index[s]
         g = y[k] * (kv[k] + base) + o[k] + qp.D[k] * a[k] + qp.p[k]
         at_lo, at_hi = a[k] <= 0.0, a[k] >= qp.U[k]
         pg, gain = _step_gain(g, a[k], qp.U[k], qp.qd[k] + qp.D[k], best)
@@ -552,20 +553,21 @@ def _pair_scan(kp, qp, a):
 
 
 @njit(cache=True)
-def _pair_partner(kp, qp, a, i, up, row_i, slot_of, frac):
+def _pair_partner(kp, qp, a, i, up, row_i, slot_of, frac, index, n_act):
     """LIBSVM's second-order choice of j for the pair (i, j): among the variables that may move
     by -y_j with -y_j g_j < ``up``, the one of largest b^2 / c, b = up + y_j g_j, c the
     curvature along the pair (``row_i``: kernel row i). With a partial cache (``slot_of`` not
     empty) an uncached j gives way to the best cached one when that scores at least ``frac``^2
-    as much (a step that computes no kernel row). Returns (j, t, decrease) for the step
-    a_i += y_i t, a_j -= y_j t, t the exact minimiser clipped to the box (j = -1: none)."""
+    as much (a step that computes no kernel row). Candidates: ``index[:n_act]``. Returns
+    (j, t, decrease) for the step a_i += y_i t, a_j -= y_j t, t the exact minimiser clipped to
+    the box (j = -1: none)."""
     y, kv, o = qp.y, kp.kv, kp.o
-    m = y.shape[0]
     base = kp.bias2 * kp.sb[0]
     kii = qp.qd[i] + qp.D[i]
     cached = slot_of.shape[0] > 0
     best, j, best_c, j_c = 0.0, -1, 0.0, -1
-    for k in range(m):
+    for s in range(n_act):
+        k = index[s]
         if (y[k] > 0.0 and a[k] <= 0.0) or (y[k] < 0.0 and a[k] >= qp.U[k]):
             continue
         g = y[k] * (kv[k] + base) + o[k] + qp.D[k] * a[k] + qp.p[k]
@@ -588,6 +590,36 @@ def _pair_partner(kp, qp, a, i, up, row_i, slot_of, frac):
     return j, t, b * t - 0.5 * c * t * t
 
 
+#: Pair steps between two shrinking passes of :func:`_kernel_pairs` (at most; m if fewer).
+_SHRINK_EVERY = 1000
+
+
+@njit(cache=True)
+def _shrink_pairs(kp, qp, a, index, n_act, up, low):
+    """LIBSVM's shrinking for :func:`_kernel_pairs`: a variable at a bound leaves the scans when
+    neither kind of step would move it -- no single step (its projected gradient is 0: g > 0 at
+    0, g < 0 at its upper bound) and no pair step (it may move one way only, and its -y g is
+    beyond the current extreme ``up`` or ``low`` of the other side). Returns the new count."""
+    y, kv, o = qp.y, kp.kv, kp.o
+    base = kp.bias2 * kp.sb[0]
+    s = 0
+    while s < n_act:
+        k = index[s]
+        g = y[k] * (kv[k] + base) + o[k] + qp.D[k] * a[k] + qp.p[k]
+        v = -y[k] * g
+        at_lo, at_hi = a[k] <= 0.0, a[k] >= qp.U[k]
+        moves_up = (y[k] > 0.0) == at_lo  # may move by +y_k only (else by -y_k only)
+        out = (at_lo and g > 0.0) or (at_hi and g < 0.0)
+        out = out and (at_lo != at_hi) and ((moves_up and v < low) or (not moves_up and v > up))
+        if out:
+            n_act -= 1
+            index[s] = index[n_act]
+            index[n_act] = k
+        else:
+            s += 1
+    return n_act
+
+
 @njit(cache=True)
 def _kernel_pairs(kp, qp, opts, a):
     """Pair steps, as LIBSVM's SMO, and single-variable steps on kernel rows.
@@ -605,8 +637,12 @@ def _kernel_pairs(kp, qp, opts, a):
     of :func:`_kernel_greedy` (the same SVM dual: 76 000 pair and 14 single steps). With a
     partial cache rows are computed on demand (the partner preferring cached rows): LDM on
     14 000 rows of magic with a quarter of them cached, C = 10 and 100, 7.7 s and 27 s against
-    17.8 s and about 170 s for the block sweeps. ``opts.max_iter`` counts n_var steps; returns
-    (steps / n_var rounded up, converged)."""
+    17.8 s and about 170 s for the block sweeps. With ``opts.shrinking``, every
+    :data:`_SHRINK_EVERY` steps the variables that no step would move leave the two scans
+    (:func:`_shrink_pairs`, LIBSVM's rule); kv is still updated for every variable, so the
+    run ends only when the stopping rule holds on all of them (shrunk variables come back for
+    that check). ``opts.max_iter`` counts n_var steps; returns (steps / n_var rounded up,
+    converged)."""
     y, cache = qp.y, kp.cache
     m = y.shape[0]
     max_steps = opts.max_iter * m
@@ -615,13 +651,22 @@ def _kernel_pairs(kp, qp, opts, a):
     steps = 0
     partial = cache.slots.shape[0] < m
     slot_of = cache.slot_of if partial else np.zeros(0, dtype=np.int64)
+    index = np.arange(m)
+    n_act = m
+    every = min(m, _SHRINK_EVERY)
     while steps < max_steps:
-        spread, k, gain, i, up, low = _pair_scan(kp, qp, a)
+        spread, k, gain, i, up, low = _pair_scan(kp, qp, a, index, n_act)
         if spread <= opts.tol:
-            return -(-steps // m), True
+            if n_act == m:
+                return -(-steps // m), True
+            n_act = m  # the shrunk variables come back for the check (and the steps it asks for)
+            continue
+        if opts.shrinking and steps % every == every - 1:
+            n_act = _shrink_pairs(kp, qp, a, index, n_act, up, low)
         j, t, pair_gain = -1, 0.0, 0.0
         if up > low and i >= 0:
-            j, t, pair_gain = _pair_partner(kp, qp, a, i, up, cache_row(cache, i), slot_of, _PAIR_CACHED)
+            j, t, pair_gain = _pair_partner(kp, qp, a, i, up, cache_row(cache, i), slot_of, _PAIR_CACHED,
+                                            index, n_act)
         if j >= 0 and t > 0.0 and (up - low > opts.tol or pair_gain > gain):
             a[i] += y[i] * t
             a[j] -= y[j] * t
