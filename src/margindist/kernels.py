@@ -814,7 +814,7 @@ class KernelRowCache:
           products and the compiled transform, applied as K_IJ v_J and K_IJ^T v_I. A
           precomputed kernel reads K_R from the Gram matrix.
 
-        O(|R|^2 d / 2) kernel work for |R| rows not cached (a device: K_R v from the device)."""
+        O(r^2 d / 2) kernel work for the r rows not cached (a device: K_R v from the device)."""
         st = self.state
         v = np.ascontiguousarray(v, dtype=np.float64)
         m = v.shape[0]
