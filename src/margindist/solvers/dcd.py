@@ -521,6 +521,13 @@ _PAIR_TAU = 1e-12
 _PAIR_CACHED = 0.7
 
 
+@njit(cache=True, inline="always")
+def _sample_grad(kp, qp, a, k, base):
+    """g_k of the one-variable-per-sample problem (n_var = m): s_k u_k + D_k a_k + p_k with
+    u_k = y_k (kv_k + B^2 sb) + o_k (``base`` = B^2 sb)."""
+    return qp.y[k] * (kp.kv[k] + base) + kp.o[k] + qp.D[k] * a[k] + qp.p[k]
+
+
 @njit(cache=True)
 def _pair_scan(kp, qp, a, index, n_act):
     """One pass over the gradient g of the one-variable-per-sample problem, on the variables
@@ -529,14 +536,14 @@ def _pair_scan(kp, qp, a, index, n_act):
     -y_t g_t over the variables that may move by +y_t (below their bound for y_t = +1, above 0
     for y_t = -1), with that value ``up`` and the smallest -y_t g_t ``low`` over those that may
     move by -y_t."""
-    y, kv, o = qp.y, kp.kv, kp.o
+    y = qp.y
     base = kp.bias2 * kp.sb[0]
     best, pick = 0.0, -1
     hi, lo = 0.0, 0.0
     up, i_up, low = -np.inf, -1, np.inf
     for s in range(n_act):
         k = index[s]
-        g = y[k] * (kv[k] + base) + o[k] + qp.D[k] * a[k] + qp.p[k]
+        g = _sample_grad(kp, qp, a, k, base)
         at_lo, at_hi = a[k] <= 0.0, a[k] >= qp.U[k]
         pg, gain = _step_gain(g, a[k], qp.U[k], qp.qd[k] + qp.D[k], best)
         hi = max(hi, pg)
@@ -561,7 +568,7 @@ def _pair_partner(kp, qp, a, i, up, row_i, slot_of, frac, index, n_act):
     as much (a step that computes no kernel row). Candidates: ``index[:n_act]``. Returns
     (j, t, decrease) for the step a_i += y_i t, a_j -= y_j t, t the exact minimiser clipped to
     the box (j = -1: none)."""
-    y, kv, o = qp.y, kp.kv, kp.o
+    y = qp.y
     base = kp.bias2 * kp.sb[0]
     kii = qp.qd[i] + qp.D[i]
     cached = slot_of.shape[0] > 0
@@ -570,7 +577,7 @@ def _pair_partner(kp, qp, a, i, up, row_i, slot_of, frac, index, n_act):
         k = index[s]
         if (y[k] > 0.0 and a[k] <= 0.0) or (y[k] < 0.0 and a[k] >= qp.U[k]):
             continue
-        g = y[k] * (kv[k] + base) + o[k] + qp.D[k] * a[k] + qp.p[k]
+        g = _sample_grad(kp, qp, a, k, base)
         b = up + y[k] * g
         if b <= 0.0:
             continue
@@ -583,7 +590,7 @@ def _pair_partner(kp, qp, a, i, up, row_i, slot_of, frac, index, n_act):
         return -1, 0.0, 0.0
     if cached and j_c >= 0 and j_c != j and slot_of[j] < 0 and best_c >= frac * frac * best:
         j = j_c
-    g_j = y[j] * (kv[j] + base) + o[j] + qp.D[j] * a[j] + qp.p[j]
+    g_j = _sample_grad(kp, qp, a, j, base)
     b = up + y[j] * g_j
     c = max(kii + qp.qd[j] + qp.D[j] - 2.0 * (np.float64(row_i[j]) + kp.bias2), _PAIR_TAU)
     t = min(b / c, qp.U[i] - a[i] if y[i] > 0.0 else a[i], a[j] if y[j] > 0.0 else qp.U[j] - a[j])
@@ -600,12 +607,12 @@ def _shrink_pairs(kp, qp, a, index, n_act, up, low):
     neither kind of step would move it -- no single step (its projected gradient is 0: g > 0 at
     0, g < 0 at its upper bound) and no pair step (it may move one way only, and its -y g is
     beyond the current extreme ``up`` or ``low`` of the other side). Returns the new count."""
-    y, kv, o = qp.y, kp.kv, kp.o
+    y = qp.y
     base = kp.bias2 * kp.sb[0]
     s = 0
     while s < n_act:
         k = index[s]
-        g = y[k] * (kv[k] + base) + o[k] + qp.D[k] * a[k] + qp.p[k]
+        g = _sample_grad(kp, qp, a, k, base)
         v = -y[k] * g
         at_lo, at_hi = a[k] <= 0.0, a[k] >= qp.U[k]
         moves_up = (y[k] > 0.0) == at_lo  # may move by +y_k only (else by -y_k only)

@@ -225,8 +225,8 @@ def _compiled(design, s, u, w0, P, am_step, N, beta, max_iter, tol, return_best,
     d = design.d
     N_arr = np.ones(d) if N is None else N
     w, best_w, n_iter, hist, best_k, converged, status, n_full = dense_loop(
-        np.ascontiguousarray(design.B, dtype=np.float64), design.r, s, design.intercept, u, w0, P, am_step, N_arr, float(beta),
-        int(max_iter), float(tol), accel, int(stall))
+        np.ascontiguousarray(design.B, dtype=np.float64), design.r, s, design.intercept, u, w0, P, am_step, N_arr,
+        float(beta), int(max_iter), float(tol), accel, int(stall))
     if status == 1:
         raise np.linalg.LinAlgError("MSVMAv: the semi-variance system is not positive definite.")
     if status == 2:
