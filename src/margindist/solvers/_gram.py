@@ -18,14 +18,16 @@ from scipy.linalg import blas
 
 from ..kernels import _chunk_rows
 
-__all__ = ["BLOCK_BYTES", "sym_dot", "weighted_gram", "x_dot", "xt_dot"]
+__all__ = ["BLOCK_BYTES", "float64_blocks", "sym_dot", "weighted_gram", "x_dot", "xt_dot"]
 
-#: Bytes of one float64 block of rows.
-BLOCK_BYTES = 32 * 2**20
+#: Bytes of one float64 block of rows: small enough to stay in cache between its conversion and
+#: its product (50 000 x 1000 float32 rows, one thread: X v in 19 ms by blocks of 4 MiB, 79 ms
+#: by blocks of 32 MiB).
+BLOCK_BYTES = 4 * 2**20
 
 
-def _blocks(X, max_bytes):
-    """(start, stop, float64 rows X[start:stop]) over dense X."""
+def float64_blocks(X, max_bytes=BLOCK_BYTES):
+    """(start, stop, float64 rows X[start:stop]) over dense X, blocks of at most ``max_bytes``."""
     step = _chunk_rows(X.shape[0], X.shape[1], int(max_bytes))
     for start in range(0, X.shape[0], step):
         stop = min(start + step, X.shape[0])
@@ -38,7 +40,7 @@ def x_dot(X, v, *, max_bytes=BLOCK_BYTES) -> np.ndarray:
     if sp.issparse(X) or X.dtype == np.float64:
         return np.asarray(X @ v, dtype=np.float64)
     out = np.empty((X.shape[0],) + v.shape[1:])
-    for start, stop, B in _blocks(X, max_bytes):
+    for start, stop, B in float64_blocks(X, max_bytes):
         out[start:stop] = B @ v
     return out
 
@@ -49,7 +51,7 @@ def xt_dot(X, v, *, max_bytes=BLOCK_BYTES) -> np.ndarray:
     if sp.issparse(X) or X.dtype == np.float64:
         return np.asarray(X.T @ v, dtype=np.float64)
     out = np.zeros((X.shape[1],) + v.shape[1:])
-    for start, stop, B in _blocks(X, max_bytes):
+    for start, stop, B in float64_blocks(X, max_bytes):
         out += B.T @ v[start:stop]
     return out
 
@@ -93,7 +95,7 @@ def weighted_gram(X, s, center=None, *, max_bytes=BLOCK_BYTES) -> np.ndarray:
             G -= np.outer(xs, c) + np.outer(c, xs) - s.sum() * np.outer(c, c)
         return G
     G = np.zeros((d, d))
-    for start, stop, B in _blocks(X, max_bytes):
+    for start, stop, B in float64_blocks(X, max_bytes):
         if center is not None:
             B = B - center  # a new block: B may be a view of float64 X
         G += B.T @ (B * s[start:stop, None])

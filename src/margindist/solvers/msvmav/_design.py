@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["Design"]
+from .._gram import float64_blocks, x_dot, xt_dot
 
-#: Rows of a float32 B converted to float64 at a time by a product (4 MiB at 1000 features).
-PRODUCT_ROWS = 512
+__all__ = ["Design"]
 
 
 def _rowwise(v, like):
@@ -22,10 +21,10 @@ class Design:
     ``B`` (n, p) float64 CSR matrix, or dense array of float64 or float32, ``r`` (n,) row
     scales (the labels y), ``col_scale`` (p,) optional column scales, ``intercept``: append a
     constant-1 column (only without ``col_scale``). A float32 array is never copied whole to
-    float64 (the 1M x 1000 Nystroem features of a kernel model would take 8 GB): products
-    convert blocks of :data:`PRODUCT_ROWS` rows, so every sum is taken in float64, exactly as
-    for the float64 copy of the same values (the incremental inverse's round-off check needs
-    that precision).
+    float64 (the 1M x 1000 Nystroem features of a kernel model would take 8 GB): products go
+    through :mod:`margindist.solvers._gram`, which converts blocks of rows, so every sum is
+    taken in float64, exactly as for the float64 copy of the same values (the incremental
+    inverse's round-off check needs that precision).
     """
 
     def __init__(self, B, r, col_scale=None, intercept=False):
@@ -44,7 +43,7 @@ class Design:
         v = w[: self.p] if self.intercept else w
         if self.c is not None:
             v = _rowwise(self.c, v) * v
-        out = self._times(v)
+        out = x_dot(self.B, v)
         if self.intercept:
             out = out + w[self.p]
         return _rowwise(self.r, out) * out
@@ -52,34 +51,11 @@ class Design:
     def rmatvec(self, t):
         """Z^T @ t (t of shape (n,) or (n, q))."""
         rt = _rowwise(self.r, t) * t
-        out = self._t_times(rt)
+        out = xt_dot(self.B, rt)
         if self.c is not None:
             out = _rowwise(self.c, out) * out
         if self.intercept:
             out = np.concatenate([out, rt.sum(axis=0)[None]])
-        return out
-
-    def _blocks(self):
-        """(start, rows as float64) of a float32 B, :data:`PRODUCT_ROWS` at a time."""
-        for i in range(0, self.n, PRODUCT_ROWS):
-            yield i, self.B[i : i + PRODUCT_ROWS].astype(np.float64)
-
-    def _times(self, v):
-        """B @ v in float64."""
-        if self.sparse or self.B.dtype == np.float64:
-            return np.asarray(self.B @ v)
-        out = np.empty((self.n,) + v.shape[1:])
-        for i, Bi in self._blocks():
-            out[i : i + len(Bi)] = Bi @ v
-        return out
-
-    def _t_times(self, t):
-        """B^T @ t in float64."""
-        if self.sparse or self.B.dtype == np.float64:
-            return np.asarray(self.B.T @ t)
-        out = np.zeros((self.p,) + t.shape[1:])
-        for i, Bi in self._blocks():
-            out += Bi.T @ t[i : i + len(Bi)]
         return out
 
     def rows(self, idx):
@@ -129,8 +105,8 @@ class Design:
             out = np.einsum("ij,ij,i->j", self.B, self.B, rt, optimize=True)
         else:
             out = np.zeros(self.p)
-            for i, Bi in self._blocks():
-                out += np.einsum("ij,ij,i->j", Bi, Bi, rt[i : i + len(Bi)], optimize=True)
+            for i, stop, Bi in float64_blocks(self.B):
+                out += np.einsum("ij,ij,i->j", Bi, Bi, rt[i:stop], optimize=True)
         if self.c is not None:
             out = self.c * self.c * out
         if self.intercept:
