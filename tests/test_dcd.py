@@ -313,8 +313,9 @@ def test_precomputed_cache_matches_gram(rng):
 
 
 def test_float32_rows_solve_the_rounded_problem(rng):
-    """float32 kernel rows (float64 sums): the exact optimum of the problem with K rounded to
-    float32, within the rounding of the float64 one; every storage and source agrees."""
+    """float32 kernel rows (float64 sums): the exact optimum of the problem with the cache's
+    float32 K (RBF values computed in float32, within 3e-7 of K), within that rounding of the
+    float64 one; every storage and source agrees."""
     X, y, n_var, D, p, U = _problem(rng, m=70)
     m = X.shape[0]
     spec = resolve_kernel("rbf", X, gamma=0.4)
@@ -323,7 +324,8 @@ def test_float32_rows_solve_the_rounded_problem(rng):
     f32 = KernelRowCache(spec, X, max_bytes=5 * 4 * m, dtype=np.float32)  # 5 rows: evictions
     res32 = dcd_kernel(y, D, p, U, n_var=n_var, cache=f32, tol=1e-10, max_iter=20000, random_state=1)
     assert f32.misses > m
-    K32 = K.astype(np.float32)
+    K32 = KernelRowCache(spec, X, max_bytes=4 * m * m, dtype=np.float32).fill()
+    np.testing.assert_allclose(K32, K, rtol=0, atol=3e-7)
     exact32 = dcd_kernel(y, D, p, U, n_var=n_var, gram=K32, tol=1e-10, max_iter=20000, random_state=2)
     np.testing.assert_allclose(res32.a, exact32.a, atol=1e-9)  # same rounded problem
     np.testing.assert_allclose(res32.a, ref.a, atol=1e-5)  # close to the float64 optimum

@@ -157,6 +157,42 @@ def test_vectorised_exp_is_accurate():
     assert np.all(v[~normal] == 0.0)
 
 
+def test_float32_exp_is_accurate():
+    from margindist._rbf32 import exp_nonpositive32
+
+    rng = np.random.default_rng(4)
+    x = np.concatenate([-rng.random(5000) * 20, -rng.random(2000) * 87, [0.0, -1e-30, -0.3466, -86.9, -87.0,
+                                                                        -87.5, -1e4]]).astype(np.float32)
+    v = x.copy()
+    exp_nonpositive32(v, np.empty_like(v))
+    assert v.dtype == np.float32
+    ref = np.exp(x.astype(np.float64))
+    normal = x >= -87.0
+    np.testing.assert_allclose(v[normal], ref[normal], rtol=2.5e-7, atol=0)  # about 2 ulp of float32
+    assert np.all(v[~normal] == 0.0)
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e4])
+@pytest.mark.parametrize("gamma", [0.05, 3.0, 300.0])
+def test_float32_rbf_rows_error_is_bounded_anywhere(rng, offset, gamma):
+    """Dense RBF rows stored in float32 are computed in float32 from the centred rows by
+    differences: within a few 1e-7 of the float64 kernel whatever the offset of the data and
+    gamma, exactly symmetric, 1 on the diagonal; the products of a partial cache (the compiled
+    triangle for the rows it does not hold) use the very values a full cache stores."""
+    X = offset + rng.random((400, 6)) * np.array([1.0, 1.0, 0.1, 2.0, 1.0, 0.01])
+    X[1] = X[0] + 1e-4  # a near-duplicate pair
+    spec = resolve_kernel("rbf", X, gamma=gamma)
+    K = np.exp(-gamma * ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))  # by differences: exact at any offset
+    full = KernelRowCache(spec, X, max_bytes=4 * 400 * 400, dtype=np.float32)
+    G = full.fill()
+    np.testing.assert_allclose(G, K, rtol=0, atol=3e-7)
+    assert np.array_equal(G, G.T) and np.all(np.diag(G) == 1.0)
+    part = KernelRowCache(spec, X, max_bytes=4 * 400 * 30, dtype=np.float32)
+    part.prefill(rng.permutation(400))
+    V = rng.normal(size=(400, 2))
+    np.testing.assert_allclose(part.dot(V), G.astype(np.float64) @ V, rtol=1e-12, atol=1e-12 * np.abs(V).sum())
+
+
 @pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("kind", ["linear", "rbf", "poly", "sigmoid", "precomputed"])
 def test_float32_rows_and_fill(X, kind, sparse):
@@ -169,7 +205,10 @@ def test_float32_rows_and_fill(X, kind, sparse):
     for i in (0, 5, 0, 36, 7):
         row = c32.row(i)
         assert row.dtype == np.float32
-        np.testing.assert_array_equal(row, K[i].astype(np.float32))  # rounded once from float64
+        if kind == "rbf" and not sparse:  # dense RBF rows in float32 arithmetic (._rbf32)
+            np.testing.assert_allclose(row, K[i], rtol=0, atol=2e-7)
+        else:
+            np.testing.assert_array_equal(row, K[i].astype(np.float32))  # rounded once from float64
     np.testing.assert_allclose(c32.diag, np.diag(K), rtol=1e-12)  # the diagonal stays float64
     for dtype, rtol in ((np.float64, 1e-12), (np.float32, 1e-6)):
         full = KernelRowCache(spec, Xin, max_bytes=8 * m * m, dtype=dtype)

@@ -13,7 +13,7 @@ from sklearn.preprocessing import MinMaxScaler
 from sklearn.svm import SVC
 
 from margindist.datasets import load_dataset
-from margindist.kernels import KernelSpec, kernel_matrix, resolve_kernel
+from margindist.kernels import KernelRowCache, KernelSpec, kernel_matrix, resolve_kernel
 from margindist.models.kmomd import KMOMD
 from margindist.solvers.kmomd import (
     _NEWTON_MAX_CG,
@@ -645,7 +645,7 @@ def test_float32_rows_solve_the_rounded_problem(newton):
     X, y = _data(m=70, seed=34, sep=0.8)
     lam = 0.05
     spec = resolve_kernel("rbf", X, gamma=0.6)
-    K32 = kernel_matrix(spec, X).astype(np.float32).astype(np.float64)
+    K32 = KernelRowCache(spec, X, max_bytes=4 * 70 * 70, dtype=np.float32).fill().astype(np.float64)
     r32 = kmomd_kernel(spec, X, y, None, lam, tol=1e-10, dtype=np.float32, newton=newton)
     exact32 = kmomd_kernel(KernelSpec("precomputed"), K32, y, None, lam, tol=1e-10)
     r64 = kmomd_kernel(spec, X, y, None, lam, tol=1e-10)
