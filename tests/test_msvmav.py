@@ -689,6 +689,32 @@ def test_capacitance_inverse_matches_direct_inverse_along_run(beta):
     assert res.n_refresh == 0  # the probe check never had to refactorise
 
 
+def test_capacitance_probe_residual_detects_a_drifted_inverse():
+    """The probe check of the compiled loop, ||p - C Ci p|| with C q from two products with K
+    and R^{-1} (one triangle each), equals the same residual from C assembled entry by entry
+    (as the refactorisation gathers it): round-off for the exact inverse, the drift for a
+    perturbed one."""
+    from margindist.solvers.msvmav._loops import _cap_residual, _gather
+    from margindist.solvers.msvmav.kernel import weighted_gram_factor
+
+    X, y, s, spec = _kernel_problem(n=120, seed=21)
+    K, Rinv = weighted_gram_factor(spec, X, s, True)
+    Rl = np.tril(Rinv) + np.tril(Rinv, -1).T  # valid on its lower triangle
+    act = np.random.default_rng(0).permutation(120)[:70]  # A in the order the indices entered
+    nb, ys = 0.05 * s.sum(), y / s
+    C = _gather(K, Rinv, y, ys, s, nb, act, act, True)
+    np.testing.assert_allclose(C, nb * np.diag(1 / s[act]) + np.outer(y[act], y[act]) * (K @ np.linalg.solve(
+        np.linalg.inv(Rl), K))[np.ix_(act, act)], rtol=1e-8, atol=1e-10 * np.abs(C).max())
+    p = np.cos(np.arange(1, 71) * 2.399963229728653)
+    p /= np.linalg.norm(p)
+    for drift in (0.0, 1e-7):
+        Ci = np.linalg.inv(C) * (1.0 + drift * np.random.default_rng(1).normal(size=C.shape))
+        expected = np.linalg.norm(p - C @ (Ci @ p))
+        got = _cap_residual(Ci.ravel().copy(), 70, act, K, Rinv, y, ys, s, nb)
+        assert got == pytest.approx(expected, rel=1e-6, abs=1e-13)
+    assert got > 1e-9 and expected > 1e-9  # the drift is seen (REFRESH_TOL is 1e-10)
+
+
 @pytest.mark.parametrize("fit_intercept", [False, True])
 def test_compiled_kernel_loop_matches_numpy_loop_and_eigenbasis(fit_intercept):
     """The compiled capacitance loop, its NumPy twin (used with a callback) and the eigenbasis

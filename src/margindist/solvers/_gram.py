@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+from numba import njit
 from scipy.linalg import blas
 
 from ..kernels import _chunk_rows
 
-__all__ = ["BLOCK_BYTES", "float64_blocks", "sym_dot", "weighted_gram", "x_dot", "xt_dot"]
+__all__ = ["BLOCK_BYTES", "float64_blocks", "lower_to_full", "sym_dot", "weighted_gram", "x_dot", "xt_dot"]
 
 #: Bytes of one float64 block of rows: small enough to stay in cache between its conversion and
 #: its product (50 000 x 1000 float32 rows, one thread: X v in 19 ms by blocks of 4 MiB, 79 ms
@@ -100,3 +101,18 @@ def weighted_gram(X, s, center=None, *, max_bytes=BLOCK_BYTES) -> np.ndarray:
             B = B - center  # a new block: B may be a view of float64 X
         G += B.T @ (B * s[start:stop, None])
     return G
+
+
+@njit(cache=True)
+def lower_to_full(A, tile=64):
+    """Copy the lower triangle of the square C-ordered A onto its upper triangle, in place, in
+    ``tile`` x ``tile`` blocks so that the rows read and the rows written stay in cache (a plain
+    column-by-column copy misses the cache on every write: 5000 x 5000 in 0.3 s against 0.04 s)."""
+    n = A.shape[0]
+    for i0 in range(0, n, tile):
+        i1 = min(i0 + tile, n)
+        for j0 in range(i0, n, tile):
+            j1 = min(j0 + tile, n)
+            for i in range(i0, i1):
+                for j in range(max(j0, i + 1), j1):
+                    A[i, j] = A[j, i]

@@ -49,7 +49,7 @@ import scipy.sparse as sp
 from numba import njit
 from scipy.linalg import lapack
 
-from ._gram import weighted_gram, x_dot, xt_dot
+from ._gram import lower_to_full, weighted_gram, x_dot, xt_dot
 from ._result import UnpackableResult
 from ._rows import make_rows, row_axpy, row_axpy2, row_dot, row_sq_norms
 from .dcd import dcd_kernel, dcd_linear
@@ -63,15 +63,6 @@ def _store(scal, wdiv, adiv, wfrac, t, abar_nz, pm):
     scal[3] = t
     scal[4] = abar_nz
     scal[5] = pm
-
-
-@njit(cache=True)
-def _lower_to_full(A):
-    """Copy the lower triangle of A onto its upper triangle, in place."""
-    n = A.shape[0]
-    for i in range(n):
-        for j in range(i + 1, n):
-            A[i, j] = A[j, i]
 
 
 @njit(cache=True)
@@ -153,7 +144,7 @@ class LDMKernelBase:
             Tinv, info = lapack.dpotri(cfac, lower=1, overwrite_c=1)
             if info != 0:  # pragma: no cover - singular after a successful Cholesky
                 raise np.linalg.LinAlgError("LDM: inverting the kernel system failed.")
-            _lower_to_full(Tinv)
+            lower_to_full(Tinv)
             self._Tinv = Tinv
             W = Gt
             np.multiply(Tinv, -1.0 / cS, out=W)

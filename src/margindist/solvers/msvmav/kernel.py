@@ -8,6 +8,7 @@ import scipy.linalg as sla
 from scipy.linalg import lapack
 
 from ...kernels import KernelSpec, kernel_matrix
+from .._gram import lower_to_full
 from .._threads import blas_single_thread
 from ._anderson import STALL
 from ._common import CHECK_EVERY, REFRESH_TOL, diverged
@@ -65,11 +66,11 @@ def weighted_gram_eig(spec, X, s, fit_intercept, cache=None):
 
 
 def weighted_gram_factor(spec, X, s, fit_intercept, cache=None):
-    """(K, R^{-1}) with K the Gram matrix (+1) and R = D^{-1} + K, D = diag(s), both m x m and
-    C-ordered; R^{-1} is valid on its lower triangle only (its upper triangle is left over
-    from the factorisation). Cached like :func:`weighted_gram_eig`. One Cholesky factorisation
-    and inversion, O(m^3) but several times cheaper than an eigendecomposition, and two m x m
-    arrays at the peak. None when R is not positive definite (an indefinite kernel)."""
+    """(K, R^{-1}) with K the Gram matrix (+1) and R = D^{-1} + K, D = diag(s), both m x m,
+    symmetric and C-ordered (the loop reads rows of both, and products one triangle). Cached
+    like :func:`weighted_gram_eig`. One Cholesky factorisation and inversion, O(m^3) but
+    several times cheaper than an eigendecomposition, and two m x m arrays at the peak. None
+    when R is not positive definite (an indefinite kernel)."""
 
     def compute():
         K = _kernel_gram(spec, X, fit_intercept)
@@ -81,7 +82,9 @@ def weighted_gram_factor(spec, X, s, fit_intercept, cache=None):
         inv, info = lapack.dpotri(c, lower=0, overwrite_c=1)
         if info != 0:
             return None
-        return K, inv.T  # the upper triangle of the Fortran array is the lower of its C view
+        Rinv = inv.T  # the upper triangle of the Fortran array is the lower of its C view
+        lower_to_full(Rinv)
+        return K, Rinv
 
     m = s.shape[0]
     return _cached(cache, "factor", spec, X, s, fit_intercept, 16 * m * m, compute)
