@@ -830,3 +830,20 @@ def test_estimator_auto_picks_newton_and_keeps_the_old_solvers():
         KMOMD(solver="newton", kernel="rbf").fit(X, y)
     with pytest.raises(ValueError, match="solver='newton' needs lam > 0"):
         KMOMD(solver="newton", kernel="linear", lam=0.0).fit(X, y)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_block_product_reads_the_lower_triangle_only(dtype):
+    """The Newton phase's V K_II reads the gathered block on its lower triangle (the upper one
+    is never gathered): NaN there changes nothing, and the product is V K_II in float64."""
+    from margindist.solvers.kmomd import _sym_matmul
+
+    rng = np.random.default_rng(7)
+    A = rng.normal(size=(37, 37))
+    K = (A + A.T).astype(dtype)
+    Kb = K.copy()
+    Kb[np.triu_indices(37, 1)] = np.nan
+    V = rng.normal(size=(2, 37))
+    out = np.empty_like(V)
+    _sym_matmul(Kb, V, out)
+    np.testing.assert_allclose(out, V @ K.astype(np.float64), rtol=1e-12, atol=1e-12)

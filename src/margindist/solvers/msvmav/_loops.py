@@ -517,7 +517,12 @@ def _cap_add(buf, out, n, B, Dn):
     (bordering through the Schur complement), written with stride n + c into ``out``."""
     c = Dn.shape[0]
     Ci = _cap_view(buf, n)
-    X = np.dot(Ci, B) if n else np.zeros((0, c))
+    if n == 0:
+        X = np.zeros((0, c))
+    elif c == 1:  # Ci is symmetric: one triangle read
+        X = _symv(Ci, B[:, 0]).reshape((n, 1))
+    else:
+        X = np.dot(Ci, B)
     Sc = Dn - np.dot(B.T, X) if n else Dn.copy()
     Sc = 0.5 * (Sc + Sc.T)
     Si = np.linalg.inv(Sc)
