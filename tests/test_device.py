@@ -73,9 +73,11 @@ def test_row_cache_fill_and_dot_equal_numpy(spec, sparse, dtype, data):
     A = Xs if sparse else Xd
     ref = KernelRowCache(spec, Xd, dtype=dtype)
     dev = KernelRowCache(_on(spec), A, dtype=dtype)
-    # float32 storage rounds both to the same values but for the rare tie at a rounding boundary
+    # float32 storage: the device's float64 values rounded; NumPy's RBF rows are computed in
+    # float32 (margindist._rbf32, within about 1.2e-7 of the float64 kernel), its other rows rounded
+    f32_arith = dtype == np.float32 and spec.kind == "rbf"
     np.testing.assert_allclose(dev.fill(block_bytes=20000), ref.fill(block_bytes=20000),
-                               rtol=1e-13 if dtype == np.float64 else 6e-8, atol=1e-13)
+                               rtol=1e-13 if dtype == np.float64 else 6e-8, atol=2.5e-7 if f32_arith else 1e-13)
     v = np.random.default_rng(1).normal(size=X.shape[0])
     part = KernelRowCache(_on(spec), A, max_bytes=40 * X.shape[0] * 8)  # 40 rows cached, the rest computed
     for i in range(0, X.shape[0], 9):
@@ -104,9 +106,12 @@ def test_estimators_on_the_device_fit_the_numpy_model(E, kw, data):
     kw = {"kernel": "rbf", **kw}
     ref = E(**kw).fit(X, y)
     scale = np.max(np.abs(ref.decision_function(X)))
+    # ODM at its tol stores float32 rows, which NumPy computes in float32 for the RBF kernel
+    # (within about 1.2e-7 of the device's rounded float64 values): the same model to that
+    atol = 2e-6 if E is md.ODM and "tol" not in kw else 1e-7
     for A in (X, sp.csr_matrix(X)):
         est = E(**kw, device="cpu").fit(A, y)
-        np.testing.assert_allclose(est.decision_function(A) / scale, ref.decision_function(X) / scale, atol=1e-7)
+        np.testing.assert_allclose(est.decision_function(A) / scale, ref.decision_function(X) / scale, atol=atol)
     fitted = [v for k, v in vars(est).items() if k.endswith("_") and not k.startswith("_")]
     assert not any(isinstance(v, torch.Tensor) for v in fitted)  # fitted state is NumPy
 

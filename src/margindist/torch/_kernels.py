@@ -5,7 +5,9 @@ The kernel estimators' ``device`` parameter puts the device into their
 kernel-times-coefficient products (decision values, the Nyström feature map, products with
 the Gram matrix) and row-cache fills to :func:`kernel_products`. The formulas are those of the
 NumPy path (scikit-learn's definitions; the squared distance of the RBF kernel clipped at 0), in
-float64, so both give the same numbers to float64 rounding. The result is always a NumPy array:
+float64, so both give the same numbers to float64 rounding (a row cache that stores float32
+rounds the device's values, where NumPy computes dense RBF rows in float32: within about 1e-7,
+:mod:`margindist._rbf32`). The result is always a NumPy array:
 only the blocks travel to the device and back, one at a time, so no more than ``max_bytes`` of
 kernel values is held on either side.
 """
