@@ -1045,3 +1045,32 @@ def test_long_runs_log_their_progress(caplog, monkeypatch):
     assert len(lines) == 5 and lines[0].startswith("MSVMAv iteration 1 of at most 5: SV/theta^2=")
     MSVMAv(kernel="rbf", kernel_approximation=200, max_iter=5, random_state=0).fit(X, y)
     assert progress() == []
+
+
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_kernel_path_merges_repeated_rows_into_weights(fit_intercept):
+    """Repeated (x, y) pairs run as one row with their summed weight: the same iterates and
+    history (|A| and the changes counted in samples) as the loop on every row, each copy
+    getting its weight's share of the coefficient; a row repeated with the other label stays
+    apart."""
+    from margindist.solvers.msvmav.kernel import _kernel_compiled, distinct_rows
+
+    X, y, s, spec = _kernel_problem(n=60, seed=23)
+    rng = np.random.default_rng(5)
+    rep = rng.integers(0, 60, size=90)
+    Xd, yd = np.vstack([X, X[rep]]), np.concatenate([y, y[rep]])
+    Xd[-1], yd[-1] = X[0], -y[0]  # the same x with the other label: a distinct pair
+    sd = rng.uniform(0.5, 2.0, size=Xd.shape[0])
+    Xu, yu, su, inverse = distinct_rows(spec, Xd, yd, sd)
+    assert Xu.shape[0] == 61 and np.allclose(Xu[inverse], Xd) and np.allclose(yu[inverse], yd)
+    assert np.isclose(su.sum(), sd.sum())
+    kw = dict(max_iter=60, tol=0.0, fit_intercept=fit_intercept)
+    merged = msvmav_kernel(spec, Xd, yd, sd, 16.0, 2.0**-6, **kw)
+    every = msvmav_kernel(spec, Xd, yd, sd, 16.0, 2.0**-6, factor_loop=_kernel_compiled, **kw)
+    scale = np.abs(every.w).max()
+    np.testing.assert_allclose(merged.w, every.w, atol=1e-9 * scale)
+    assert merged.b == pytest.approx(every.b, abs=1e-9 * scale)
+    for key in ("n_active", "n_changes"):
+        np.testing.assert_array_equal(merged.history[key], every.history[key])
+    np.testing.assert_allclose(merged.history["bound"], every.history["bound"], rtol=1e-9)
+    assert distinct_rows(spec, X, y, s) is None  # nothing repeated: the rows as they are

@@ -183,25 +183,31 @@ def _solve_spd(H, rhs, L, x):
 
 
 @njit(cache=True)
-def _advance(m, theta, s, S, A, changed, hist, k, step, w, best_w, best_k, tol):
+def _advance(m, theta, s, S, A, changed, hist, k, step, w, best_w, best_k, tol, mult):
     """Iterate k (w, margins m, average margin theta): A <- {i : m_i < theta} in place, the
     indices whose membership changed into changed[:c], history row k (theta, SV, SV/theta^2,
-    |A|, c, step), the best iterate by SV/theta^2 into best_w. Returns (c, best_k, tol met)."""
+    |A|, c, step; |A| and c count each index ``mult[i]`` times: the samples that a distinct row
+    stands for), the best iterate by SV/theta^2 into best_w. Returns (c, the number of indices
+    in A, best_k, tol met)."""
     sv = 0.0
     n_act = 0
+    n_samples = 0
     c = 0
+    c_samples = 0
     for i in range(m.shape[0]):
         a_i = m[i] < theta
         if a_i:
             n_act += 1
+            n_samples += mult[i]
             sh = theta - m[i]
             sv += s[i] * sh * sh
         if a_i != A[i]:
             changed[c] = i
             c += 1
+            c_samples += mult[i]
             A[i] = a_i
-    best_k, conv = _record(hist, k, theta, sv / S, n_act, c, step, w, best_w, best_k, tol)
-    return c, best_k, conv
+    best_k, conv = _record(hist, k, theta, sv / S, n_samples, c_samples, step, w, best_w, best_k, tol)
+    return c, n_act, best_k, conv
 
 
 @njit(cache=True, inline="always")
@@ -286,8 +292,8 @@ def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol, ac
     _margins(X, y, w, intercept, m)
     n_full = 1
     theta = np.dot(u, w) / S
-    c, best_k, _ = _advance(m, theta, s, S, A, changed, hist, 0, np.nan, w, best_w, 0, 0.0)  # c = |A|
-    n_act = c
+    ones = np.ones(n, dtype=np.int64)
+    c, n_act, best_k, _ = _advance(m, theta, s, S, A, changed, hist, 0, np.nan, w, best_w, 0, 0.0, ones)  # c = |A|
     full_next = False
 
     converged = False
@@ -365,8 +371,7 @@ def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol, ac
         n_full += 1
         w_ref[:] = w
         full_next = False
-        c, best_k, converged = _advance(m, theta, s, S, A, changed, hist, k, dw, w, best_w, best_k, tol)
-        n_act = int(hist[k, 3])
+        c, n_act, best_k, converged = _advance(m, theta, s, S, A, changed, hist, k, dw, w, best_w, best_k, tol, ones)
         if converged or accel and 0 < stall <= k - best_k:
             break
     return w, best_w, k, hist[: k + 1].copy(), best_k, converged, status, n_full
@@ -670,7 +675,7 @@ def _unit_k(c, mm, s):
 
 @njit(cache=True)
 def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_every, refresh_tol, accel,
-                stall):
+                stall, mult):
     """The kernel MSVMAv iteration in the signed coefficients c = y * a ("paper" metric
     R = D^{-1} + K, D = diag(s), Y = diag(y)); margins m = y * (K a):
 
@@ -685,7 +690,9 @@ def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_
     every ``check_every`` updates. A NumPy twin with a callback lives with the tests. With
     ``accel`` the next point is the Anderson combination of the last iterates in c
     (:mod:`._anderson`; one more product with K for its margins), stopped when the best iterate is
-    ``stall`` iterations old (0: never).
+    ``stall`` iterations old (0: never). ``mult``: the number of samples each row stands for
+    (distinct rows with merged weights, :func:`..kernel.distinct_rows`), by which the history
+    counts |A| and the changes.
 
     Returns (c_last, c_best, n_iter, hist (n_iter + 1, 6), best_k, converged, status, schemes
     (1 = refactorisation), n_refresh) with status 0 ok, 2 non-finite iterate, 3 degenerate
@@ -711,7 +718,7 @@ def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_
     A = np.zeros(m, dtype=np.bool_)
     changed = np.empty(m, dtype=np.int64)
     best_c = c.copy()
-    n_changed, best_k, _ = _advance(mm, theta, s, S, A, changed, hist, 0, np.nan, c, best_c, 0, 0.0)
+    n_changed, n_act, best_k, _ = _advance(mm, theta, s, S, A, changed, hist, 0, np.nan, c, best_c, 0, 0.0, mult)
 
     act = np.empty(m, dtype=np.int64)
     pos = np.full(m, -1, dtype=np.int64)
@@ -721,7 +728,6 @@ def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_
     n = -1  # no inverse yet
     since = 0
     n_refresh = 0
-    n_act = n_changed
     converged = False
     status = 0
     k = 0
@@ -769,9 +775,8 @@ def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_
 
         # ---- margins, A, history
         theta = np.dot(s, mm) / S
-        n_changed, best_k, converged = _advance(mm, theta, s, S, A, changed, hist, k, step, c, best_c,
-                                                best_k, tol)
-        n_act = int(hist[k, 3])
+        n_changed, n_act, best_k, converged = _advance(mm, theta, s, S, A, changed, hist, k, step, c, best_c,
+                                                       best_k, tol, mult)
         if converged or accel and 0 < stall <= k - best_k:
             break
     return c, best_c, k, hist[: k + 1].copy(), best_k, converged, status, schemes[: k + 1].copy(), n_refresh
