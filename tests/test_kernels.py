@@ -193,6 +193,18 @@ def test_float32_rbf_rows_error_is_bounded_anywhere(rng, offset, gamma):
     np.testing.assert_allclose(part.dot(V), G.astype(np.float64) @ V, rtol=1e-12, atol=1e-12 * np.abs(V).sum())
 
 
+@pytest.mark.parametrize("scale, gamma", [(1e25, 1e-50), (1e-25, 1e50), (1.0, 1e-45)])
+def test_float32_rbf_rows_stay_float64_outside_float32_range(rng, scale, gamma):
+    """Rows of norm 1e25 with gamma 1e-50 (the scale rule on such data), and the reverse, would
+    overflow or underflow float32: those caches compute in float64 and round, as before."""
+    X = scale * rng.random((50, 3))
+    spec = resolve_kernel("rbf", X, gamma=gamma)
+    c = KernelRowCache(spec, X, max_bytes=4 * 50 * 50, dtype=np.float32)
+    assert c.state.X32.size == 0
+    K = np.exp(-gamma * ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
+    np.testing.assert_allclose(c.fill(), K, rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("kind", ["linear", "rbf", "poly", "sigmoid", "precomputed"])
 def test_float32_rows_and_fill(X, kind, sparse):

@@ -759,8 +759,9 @@ class KernelRowCache:
             rows, scratch = no_rows, empty_f
             sqn = row_sq_norms(Xf)
         n_slots = int(max(2, min(m, max_bytes // max(1, dtype.itemsize * m))))
-        arith32 = kind == "rbf" and dtype == np.float32 and not sp.issparse(X)  # dense RBF rows stored in float32
-        X32 = centred_t32(Xf) if arith32 else np.zeros((0, 0), dtype=np.float32)
+        # dense RBF rows stored in float32 are computed in float32 where it holds the computation
+        X32 = centred_t32(Xf, spec.gamma) if kind == "rbf" and dtype == np.float32 and not sp.issparse(X) else None
+        X32 = np.zeros((0, 0), dtype=np.float32) if X32 is None else X32
         params = np.array([spec.gamma, spec.coef0, float(spec.degree)], dtype=np.float64)
         self.state = RowCacheState(
             slots=np.empty((n_slots, m), dtype=dtype),
