@@ -249,3 +249,29 @@ def test_lssvm_margins_are_pulled_to_one(heart):
     est = LSSVM(C=1e6, kernel="rbf", gamma=5.0).fit(X, y)
     raw = est.margins(X, y) * est.weight_norm_[0]
     np.testing.assert_allclose(raw, 1.0, atol=1e-3)
+
+
+@pytest.mark.parametrize("solver", ["cholesky", "cg"])
+def test_lssvm_kernel_solves_repeated_rows_as_weights(solver):
+    """Repeated (x, y) pairs are solved as one row with their summed weight: the same
+    coefficients (each copy its weight's share), intercept and norm as the system on every row
+    (a precomputed kernel, which is never merged); a shared kernel matrix is read on the
+    distinct rows."""
+    from margindist.kernels import KernelSpec, kernel_matrix, resolve_kernel
+    from margindist.solvers.lssvm import lssvm_kernel
+
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(30, 3))
+    y = np.where(X[:, 0] + 0.3 * rng.normal(size=30) > 0, 1.0, -1.0)
+    rep = rng.integers(0, 30, size=40)
+    Xd, yd = np.vstack([X, X[rep]]), np.concatenate([y, y[rep]])
+    s = rng.uniform(0.5, 2.0, size=70)
+    spec = resolve_kernel("rbf", Xd, gamma=0.5)
+    K = kernel_matrix(spec, Xd)
+    ref = lssvm_kernel(KernelSpec("precomputed"), K, yd, s, 2.0, solver="cholesky")
+    for kw in ({}, {"gram": K}):
+        res = lssvm_kernel(spec, Xd, yd, s, 2.0, solver=solver, **kw)
+        np.testing.assert_allclose(res.coef, ref.coef, rtol=1e-7, atol=1e-9)
+        assert res.b == pytest.approx(ref.b, rel=1e-7, abs=1e-9)
+        if res.norm_sq is not None:
+            assert res.norm_sq == pytest.approx(float(ref.coef @ K @ ref.coef), rel=1e-7)

@@ -1053,7 +1053,8 @@ def test_kernel_path_merges_repeated_rows_into_weights(fit_intercept):
     history (|A| and the changes counted in samples) as the loop on every row, each copy
     getting its weight's share of the coefficient; a row repeated with the other label stays
     apart."""
-    from margindist.solvers.msvmav.kernel import _kernel_compiled, distinct_rows
+    from margindist.solvers._repeats import repeated_rows
+    from margindist.solvers.msvmav.kernel import _kernel_compiled
 
     X, y, s, spec = _kernel_problem(n=60, seed=23)
     rng = np.random.default_rng(5)
@@ -1061,8 +1062,8 @@ def test_kernel_path_merges_repeated_rows_into_weights(fit_intercept):
     Xd, yd = np.vstack([X, X[rep]]), np.concatenate([y, y[rep]])
     Xd[-1], yd[-1] = X[0], -y[0]  # the same x with the other label: a distinct pair
     sd = rng.uniform(0.5, 2.0, size=Xd.shape[0])
-    Xu, yu, su, inverse = distinct_rows(spec, Xd, yd, sd)
-    assert Xu.shape[0] == 61 and np.allclose(Xu[inverse], Xd) and np.allclose(yu[inverse], yd)
+    first, inverse, su = repeated_rows(spec, Xd, yd, sd)
+    assert first.size == 61 and np.array_equal(Xd[first][inverse], Xd) and np.array_equal(yd[first][inverse], yd)
     assert np.isclose(su.sum(), sd.sum())
     kw = dict(max_iter=60, tol=0.0, fit_intercept=fit_intercept)
     merged = msvmav_kernel(spec, Xd, yd, sd, 16.0, 2.0**-6, **kw)
@@ -1073,4 +1074,4 @@ def test_kernel_path_merges_repeated_rows_into_weights(fit_intercept):
     for key in ("n_active", "n_changes"):
         np.testing.assert_array_equal(merged.history[key], every.history[key])
     np.testing.assert_allclose(merged.history["bound"], every.history["bound"], rtol=1e-9)
-    assert distinct_rows(spec, X, y, s) is None  # nothing repeated: the rows as they are
+    assert repeated_rows(spec, X, y, s) is None  # nothing repeated: the rows as they are

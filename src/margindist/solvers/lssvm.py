@@ -36,6 +36,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from ..kernels import DEFAULT_CACHE_BYTES, KernelRowCache, KernelSpec, kernel_decision, kernel_matrix, psd_inverse_sqrt
 from ._gram import sym_dot, weighted_gram, x_dot, xt_dot
+from ._repeats import repeated_rows, split_coefficients
 from ._result import UnpackableResult
 
 
@@ -251,9 +252,19 @@ def lssvm_kernel(spec: KernelSpec, X, y, sample_weight, C, *, solver="cholesky",
     factorisation as soon as their rate predicts more than m / :data:`AUTO_CG_RATIO`
     iterations; the kernel matrix is formed). ``gram``: the kernel matrix K(X, X) when the
     caller has it (a grid search shares one between the values of C); it is read, never
-    modified."""
+    modified. Repeated (x, y) pairs are solved as one row with their summed weight (a weight k
+    is k copies of a row here; :mod:`._repeats`), each copy's coefficient its weight's share."""
     y = np.asarray(y, dtype=np.float64)
-    d = 1.0 / (C * np.asarray(sample_weight, dtype=np.float64))
+    s = np.asarray(sample_weight, dtype=np.float64)
+    merged = repeated_rows(spec, X, y, s)
+    if merged is not None:
+        first, inverse, su = merged
+        G = None if gram is None else np.ascontiguousarray(gram[np.ix_(first, first)])
+        res = lssvm_kernel(spec, X[first], y[first], su, C, solver=solver, tol=tol, max_iter=max_iter,
+                           max_bytes=max_bytes, gram=G, log=log)
+        res.coef = split_coefficients(res.coef, s, su, inverse)
+        return res
+    d = 1.0 / (C * s)
     m = y.shape[0]
     gram_fits = max_bytes is None or 8 * m * m <= max_bytes
     if spec.kind == "precomputed":

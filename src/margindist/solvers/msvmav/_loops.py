@@ -691,7 +691,7 @@ def kernel_loop(K, Rinv, y, s, alpha, beta, max_iter, tol, refresh_every, check_
     ``accel`` the next point is the Anderson combination of the last iterates in c
     (:mod:`._anderson`; one more product with K for its margins), stopped when the best iterate is
     ``stall`` iterations old (0: never). ``mult``: the number of samples each row stands for
-    (distinct rows with merged weights, :func:`..kernel.distinct_rows`), by which the history
+    (distinct rows with merged weights, :func:`~margindist.solvers._repeats.repeated_rows`), by which the history
     counts |A| and the changes.
 
     Returns (c_last, c_best, n_iter, hist (n_iter + 1, 6), best_k, converged, status, schemes

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.linalg as sla
-import scipy.sparse as sp
 from scipy.linalg import lapack
 
 from ...kernels import KernelSpec, kernel_matrix
 from .._gram import lower_to_full
+from .._repeats import repeated_rows, split_coefficients
 from .._threads import blas_single_thread
 from ._anderson import STALL
 from ._common import CHECK_EVERY, REFRESH_TOL, diverged
@@ -91,29 +91,6 @@ def weighted_gram_factor(spec, X, s, fit_intercept, cache=None):
     return _cached(cache, "factor", spec, X, s, fit_intercept, 16 * m * m, compute)
 
 
-def distinct_rows(spec, X, y, s):
-    """(X_u, y_u, s_u, inverse) for the distinct pairs (x_i, y_i) of dense X, s_u their summed
-    weights and X_u[inverse] = X; None when every pair is distinct, for CSR X and for a
-    precomputed or callable kernel. Since an integer weight k is k copies of a row on the
-    kernel path (its ridge diag(1 / s) splits a coefficient between copies in proportion to
-    their weights), the merged problem has the same iterates, with a_u the sum of the copies'
-    coefficients (:func:`split_coefficients`)."""
-    if sp.issparse(X) or spec.kind in ("precomputed", "callable") or X.shape[0] < 2:
-        return None
-    Z = np.column_stack([np.asarray(X, dtype=np.float64), y])
-    _, first, inverse = np.unique(Z, axis=0, return_index=True, return_inverse=True)
-    if first.size == X.shape[0]:
-        return None
-    inverse = inverse.reshape(-1)
-    return X[first], y[first], np.bincount(inverse, weights=s, minlength=first.size), inverse
-
-
-def split_coefficients(a_u, s, s_u, inverse):
-    """The coefficient of every sample from those of the distinct rows: each copy's share in
-    proportion to its weight."""
-    return a_u[inverse] * (s / s_u[inverse])
-
-
 def _kernel_compiled(K, Rinv, y, s, alpha, beta, *, max_iter=100, tol=1e-6, refresh_every=None,
                      return_best=False, solver="fixed-point", stall=STALL, mult=None, **_):
     """The kernel iteration in the coefficients ("paper" metric R = D^{-1} + K, no
@@ -142,13 +119,13 @@ def _factor_route(spec, X, y, s, alpha, beta, fit_intercept, cache, callback, fa
     if callback is not None and factor_loop is None:
         raise ValueError("MSVMAv: a callback on the factorised kernel route needs a factor_loop that "
                          "calls it (the compiled loop does not); or choose update='batched'.")
-    merged = distinct_rows(spec, X, y, s) if factor_loop is None else None
+    merged = repeated_rows(spec, X, y, s) if factor_loop is None else None
     if merged is not None:  # the same iterates on the distinct rows (duplicates: one row, their weights summed)
-        Xu, yu, su, inverse = merged
-        factor = weighted_gram_factor(spec, Xu, su, fit_intercept, cache)
+        first, inverse, su = merged
+        factor = weighted_gram_factor(spec, X[first], su, fit_intercept, cache)
         if factor is None:
             return None
-        res = _kernel_compiled(*factor, yu, su, alpha, beta, mult=np.bincount(inverse), **kw)
+        res = _kernel_compiled(*factor, y[first], su, alpha, beta, mult=np.bincount(inverse), **kw)
         if res is not None:
             res.w = split_coefficients(res.w, s, su, inverse)
     else:
@@ -232,7 +209,7 @@ def msvmav_kernel(spec: KernelSpec, X, y, sample_weight, alpha, beta, *, fit_int
 
     Repeated rows (the same x and label; data with few distinct feature values, such as titanic's
     2201 rows of 24 distinct pairs) are merged into one row with their summed weight before the
-    factorisation (:func:`distinct_rows`): an integer weight equals copies of a row on this path,
+    factorisation (:func:`~margindist.solvers._repeats.repeated_rows`): an integer weight equals copies of a row on this path,
     so the iterates are the same (the history counts samples), and each copy gets its share of
     the merged coefficient in proportion to its weight. The O(m^3) set-up and the O(m^2)
     iterations then run on the distinct rows (not with a ``factor_loop``).
