@@ -461,8 +461,6 @@ def compute_kernel_row(cache, i, out):
         for j in range(m):
             out[j] = Xd[i, j]
         return
-    work, sqn = cache.work, cache.sq_norms
-    si = sqn[i] if sqn.shape[0] > 0 else 0.0
     if cache.X32.shape[0] > 0:  # RBF rows stored in float32: computed in float32 (._rbf32)
         g32, o32 = np.float32(cache.params[0]), cache.work32
         for start in range(0, m, _ROW_CHUNK):
@@ -471,6 +469,8 @@ def compute_kernel_row(cache, i, out):
             rbf_chunk32(cache.X32, g32, i, start, stop, o, o32[1, : stop - start])
             out[start:stop] = o
         return
+    work, sqn = cache.work, cache.sq_norms
+    si = sqn[i] if sqn.shape[0] > 0 else 0.0
     if Xd.shape[0] == 0:  # CSR rows: the whole row of dot products, then the transform
         buf = work[0]
         _dot_rows_csr(cache.rows, i, buf, cache.scratch)
@@ -613,7 +613,7 @@ def _triangle_dot(kind, params, XT, sq, XT32, VT, outT, work, work32):
     Dbuf = np.empty(_TRIANGLE_ROWS * _ROW_CHUNK)
     for a0 in range(0, r, _TRIANGLE_ROWS):
         a1 = min(a0 + _TRIANGLE_ROWS, r)
-        XA = np.ascontiguousarray(XT[:, a0:a1].T) if not arith32 else XT[:, :0]
+        XA = np.ascontiguousarray(XT[:, a0:a1].T)  # (0, 0) for float32 rows, whose XT is empty
         for start in range(a0, r, _ROW_CHUNK):
             stop = min(start + _ROW_CHUNK, r)
             D = Dbuf[: (a1 - a0) * (stop - start)].reshape((a1 - a0, stop - start))

@@ -106,8 +106,8 @@ def weighted_gram(X, s, center=None, *, max_bytes=BLOCK_BYTES) -> np.ndarray:
 @njit(cache=True)
 def lower_to_full(A, tile=64):
     """Copy the lower triangle of the square C-ordered A onto its upper triangle, in place, in
-    ``tile`` x ``tile`` blocks so that the rows read and the rows written stay in cache (a plain
-    column-by-column copy misses the cache on every write: 5000 x 5000 in 0.3 s against 0.04 s)."""
+    ``tile`` x ``tile`` blocks so that the rows read and the rows written stay in cache (5000 x
+    5000: 21 ms against 32 ms for the plain column-by-column copy, whose writes miss the cache)."""
     n = A.shape[0]
     for i0 in range(0, n, tile):
         i1 = min(i0 + tile, n)
