@@ -59,18 +59,24 @@ def test_float32_rows_are_never_copied_whole_to_float64():
 
 
 @pytest.mark.parametrize("order", ["C", "F"])
-def test_sym_dot_reads_one_triangle(order):
-    """G v for a symmetric G of either memory order, one column or several; the other triangle
-    is never read (garbage there changes nothing); a float32 matrix goes through G @ v."""
+@pytest.mark.parametrize("n", [7, 57])
+def test_sym_dot_reads_one_triangle(order, n):
+    """G v for a symmetric G of either memory order, one column or several (a BLAS symv, or
+    pairs of columns in eight-row tiles and the rows left over); the other triangle is never
+    read (garbage there changes nothing); a float32 matrix gives G v in float64."""
     rng = np.random.default_rng(1)
-    A = rng.normal(size=(57, 57))
+    A = rng.normal(size=(n, n))
     G = np.array(A + A.T, order=order)
-    v, V = rng.normal(size=57), rng.normal(size=(57, 3))
+    v, V = rng.normal(size=n), rng.normal(size=(n, 3))
     np.testing.assert_allclose(sym_dot(G, v), G @ v, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(sym_dot(G, V), G @ V, rtol=1e-12, atol=1e-12)
     noise = rng.normal(size=G.shape)
     # dsymv reads the upper triangle of the Fortran view: G's lower one for a C-ordered G
     half = np.tril(G) + np.triu(noise, 1) if order == "C" else np.triu(G) + np.tril(noise, -1)
+    # (the upper triangle of a C-ordered G's transpose for a Fortran-ordered G)
     np.testing.assert_allclose(sym_dot(np.array(half, order=order), V), G @ V, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(sym_dot(np.array(half, order=order), v), G @ v, rtol=1e-12, atol=1e-12)
     G32 = G.astype(np.float32)
-    np.testing.assert_allclose(sym_dot(G32, v), G32.astype(np.float64) @ v, rtol=1e-5)
+    np.testing.assert_allclose(sym_dot(G32, v), G32.astype(np.float64) @ v, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(sym_dot(np.array(half, order=order, dtype=np.float32), V),
+                               G32.astype(np.float64) @ V, rtol=1e-12, atol=1e-12)

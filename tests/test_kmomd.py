@@ -833,17 +833,21 @@ def test_estimator_auto_picks_newton_and_keeps_the_old_solvers():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_block_product_reads_the_lower_triangle_only(dtype):
-    """The Newton phase's V K_II reads the gathered block on its lower triangle (the upper one
-    is never gathered): NaN there changes nothing, and the product is V K_II in float64."""
-    from margindist.solvers.kmomd import _sym_matmul
+@pytest.mark.parametrize("n", [5, 8, 37])
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_block_product_reads_the_lower_triangle_only(dtype, n, k):
+    """The Newton phase's V K_II (:func:`~margindist.solvers._gram.sym_rows`) reads the gathered
+    block on its lower triangle (the upper one is never gathered): NaN there changes nothing,
+    and the product is V K_II in float64, in eight-row tiles and the rows left over, for any
+    number of rows of V."""
+    from margindist.solvers._gram import sym_rows
 
     rng = np.random.default_rng(7)
-    A = rng.normal(size=(37, 37))
+    A = rng.normal(size=(n, n))
     K = (A + A.T).astype(dtype)
     Kb = K.copy()
-    Kb[np.triu_indices(37, 1)] = np.nan
-    V = rng.normal(size=(2, 37))
+    Kb[np.triu_indices(n, 1)] = np.nan
+    V = rng.normal(size=(k, n))
     out = np.empty_like(V)
-    _sym_matmul(Kb, V, out)
+    sym_rows(Kb, V, out)
     np.testing.assert_allclose(out, V @ K.astype(np.float64), rtol=1e-12, atol=1e-12)

@@ -76,6 +76,7 @@ from ..kernels import (
     cache_row,
     kernel_decision,
 )
+from ._gram import sym_rows
 from ._result import SolverResult
 from ._rows import make_rows, row_axpy, row_dot, row_sq_norms, rows_dot
 
@@ -392,29 +393,6 @@ def _gather_block(cache, idx, out, lower=False):
         o = out[a]
         for b in range(a + 1 if lower else idx.shape[0]):
             o[b] = row[idx[b]]
-
-
-@njit(cache=True, fastmath={"reassoc", "contract"})  # the sums over a vectorise
-def _sym_matmul(Kb, V, out):
-    """out = V Kb for a symmetric block Kb (n, n) read on its lower triangle and V (k, n): each
-    value Kb[b, a], a <= b, is applied to both sides while row b is in cache (float64 sums, Kb
-    float32 or float64; half the memory traffic of a pass over the whole block)."""
-    nk, n = V.shape
-    for k in range(nk):
-        for a in range(n):
-            out[k, a] = 0.0
-    for b in range(n):
-        row = Kb[b]
-        for k in range(nk):
-            vk = V[k]
-            o = out[k]
-            vb = vk[b]
-            acc = 0.0
-            for a in range(b):
-                r = row[a]
-                acc += r * vk[a]
-                o[a] += r * vb
-            o[b] += acc + row[b] * vb
 
 
 @njit(cache=True)
@@ -757,7 +735,7 @@ def _kernel_block_product(cache, idx, block_bytes, block):
 
         def kmul(V):
             out = np.empty_like(V)
-            _sym_matmul(Kb, V, out)
+            sym_rows(Kb, V, out)
             return out
         return kmul
 
