@@ -215,6 +215,23 @@ def test_kernel_dcd_hands_over_to_newton_where_it_creeps():
     np.testing.assert_allclose(Q @ (y * fast.dual_coef), Q @ (y * plain.dual_coef), atol=1e-3)
 
 
+def test_a_warm_path_that_needed_newton_hands_over_soon():
+    """Along growing lam with warm starts (a grid search's path), a fit warm-started from one
+    that needed the Newton phase hands over to it after two DCD epochs instead of twenty and
+    ends at the cold fit's model; a smaller lam (an easier problem) runs the usual DCD first."""
+    X, y = _scaled("heart")
+    kw = dict(kernel="rbf", gamma=1e-3, mu=0.8, theta=0.8, tol=1e-6, random_state=0)
+    est = ODM(lam=300.0, warm_start=True, **kw).fit(X, y)
+    assert est.n_iter_ > 20  # twenty epochs, the Newton phase, a certifying epoch or two
+    est.set_params(lam=1000.0).fit(X, y)
+    assert est.n_iter_ <= 5
+    cold = ODM(lam=1000.0, **kw).fit(X, y)
+    assert cold.n_iter_ > 20
+    np.testing.assert_allclose(est.decision_function(X), cold.decision_function(X), atol=1e-8)
+    est.set_params(lam=10.0).fit(X, y)
+    assert est.n_iter_ > 5
+
+
 def test_squared_hinge_special_case_is_linearsvc():
     """theta = 0, mu = 0: kappa/m (1 - z)_+^2 is LIBLINEAR's squared hinge with C = lam / m."""
     X, y = load_dataset("australian")

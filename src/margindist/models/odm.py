@@ -316,10 +316,19 @@ class ODM(BaseMarginClassifier):
         cache = shared if shared is not None else self._kernel_source(X, kernel)
         log.info("ODM kernel=%s, dcd, m=%d, %s rows (%s) of %d cached", kernel.kind, m, cache.n_slots,
                  cache.dtype, m)
-        coef, b, a, n_iter, u = odm_dcd_kernel(cache, y, sample_weight, lam, mu, theta, bias=B, tol=self.tol,
-                                               max_iter=self.max_iter, a0=_fit_length(warm.get("a"), n_var),
-                                               random_state=seed)
-        log.info("ODM: %d epochs, cache hits %d misses %d", n_iter, cache.hits, cache.misses)
+        a0 = _fit_length(warm.get("a"), n_var)
+        # a warm start from a problem that needed the Newton phase with a loss weight kappa no
+        # larger (the last point of a grid's path of growing lam) hands over to it after two
+        # epochs: the DCD creeps at least as much here
+        kappa = lam / (1.0 - theta) ** 2
+        soon = a0 is not None and warm.get("newton_kappa") is not None and kappa >= warm["newton_kappa"]
+        res = odm_dcd_kernel(cache, y, sample_weight, lam, mu, theta, bias=B, tol=self.tol, max_iter=self.max_iter,
+                             a0=a0, random_state=seed, newton="soon" if soon else True)
+        log.info("ODM: %d epochs%s, cache hits %d misses %d", res.n_iter, " and the Newton phase" if res.newton else "",
+                 cache.hits, cache.misses)
+        coef = res.dual_coef
         # ||f||^2 = coef^T K coef from u = Q gamma = Y (K coef + B^2 sum(coef)): no kernel evaluations
-        norm_sq = float((y * coef) @ u - B * B * coef.sum() ** 2)
-        return BinaryModel(dual_coef=coef, intercept=b, n_iter=n_iter, extra={"warm": {"a": a}}, norm_sq=norm_sq)
+        norm_sq = float((y * coef) @ res.u - B * B * coef.sum() ** 2)
+        return BinaryModel(dual_coef=coef, intercept=res.b, n_iter=res.n_iter,
+                           extra={"warm": {"a": res.a, "newton_kappa": kappa if res.newton else None}},
+                           norm_sq=norm_sq)

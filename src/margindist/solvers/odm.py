@@ -96,13 +96,15 @@ class ODMLinearResult(UnpackableResult):
 @dataclass(kw_only=True)
 class ODMKernelResult(UnpackableResult):
     """A kernel ODM run: dual_coef = y * gamma (m,), b = bias^2 sum(dual_coef), a = [alpha; beta],
-    u = Q gamma. Unpacks as (dual_coef, b, a, n_iter, u)."""
+    u = Q gamma; ``newton``: :func:`odm_kernel_newton` took part. Unpacks as
+    (dual_coef, b, a, n_iter, u)."""
 
     _unpack = ("dual_coef", "b", "a", "n_iter", "u")
     dual_coef: np.ndarray
     b: float
     a: np.ndarray
     u: np.ndarray
+    newton: bool = False
 
 
 # ----------------------------------------------------------------------------- the loss
@@ -183,8 +185,10 @@ def odm_dcd_linear(X, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0,
 
 
 #: The kernel DCD hands over to :func:`odm_kernel_newton` after this many epochs without
-#: converging, on at most ``_KERNEL_NEWTON_MAX`` examples whose kernel rows are all cached.
+#: converging, on at most ``_KERNEL_NEWTON_MAX`` examples whose kernel rows are all cached; after
+#: ``_KERNEL_NEWTON_SOON`` epochs when the caller says the DCD creeps (``newton="soon"``).
 _KERNEL_NEWTON_AFTER = 20
+_KERNEL_NEWTON_SOON = 2
 _KERNEL_NEWTON_MAX = 1000
 
 
@@ -197,7 +201,10 @@ def odm_dcd_kernel(cache: KernelRowCache | None, y, sample_weight, lam=1.0, mu=0
     and an ill-conditioned kernel can leave it creeping for thousands) on at most
     ``_KERNEL_NEWTON_MAX`` examples with every kernel row at hand, :func:`odm_kernel_newton`
     solves the problem from the DCD's point and the DCD certifies the result (its stopping
-    rule, usually in one epoch). ``n_iter`` counts DCD epochs.
+    rule, usually in one epoch). ``"soon"``: the same after ``_KERNEL_NEWTON_SOON`` epochs, for
+    a caller that knows the DCD creeps here (a warm start from a neighbouring problem that
+    needed the Newton phase: along a grid of growing lam each next problem is harder). The
+    model is the DCD's optimum either way. ``n_iter`` counts DCD epochs.
 
     Returns an :class:`ODMKernelResult` (dual_coef = y * gamma (m,), b = bias^2 sum(dual_coef), a,
     u = Q gamma); f(x) = sum_j dual_coef_j k(x_j, x) + b.
@@ -205,19 +212,21 @@ def odm_dcd_kernel(cache: KernelRowCache | None, y, sample_weight, lam=1.0, mu=0
     n_var, D, p, U = odm_dual_terms(sample_weight, lam, mu, theta)
     m = y.shape[0]
     K = gram if gram is not None else cache.matrix()
-    handover = newton and K is not None and m <= _KERNEL_NEWTON_MAX and max_iter > _KERNEL_NEWTON_AFTER
+    after = _KERNEL_NEWTON_SOON if newton == "soon" else _KERNEL_NEWTON_AFTER
+    handover = bool(newton) and K is not None and m <= _KERNEL_NEWTON_MAX and max_iter > after
     kw = dict(n_var=n_var, cache=cache, gram=gram, bias=bias, tol=tol, shrinking=shrinking, random_state=random_state)
-    res = dcd_kernel(y, D, p, U, a0=a0, max_iter=_KERNEL_NEWTON_AFTER if handover else max_iter,
+    res = dcd_kernel(y, D, p, U, a0=a0, max_iter=after if handover else max_iter,
                      warn_label=None if handover else "ODM", **kw)
     n_iter = res.n_iter
-    if handover and not res.converged:
+    used = handover and not res.converged
+    if used:
         g, _ = odm_kernel_newton(K, y, sample_weight, lam, mu, theta, bias=bias, gamma0=res.gamma(m))
         a_start = np.concatenate([np.maximum(g, 0.0), np.maximum(-g, 0.0)]) if n_var == 2 * m else np.maximum(g, 0.0)
         res = dcd_kernel(y, D, p, U, a0=a_start, max_iter=max_iter - n_iter, warn_label="ODM", **kw)
         n_iter += res.n_iter
     coef = np.asarray(y, dtype=np.float64) * res.gamma(m)
     return ODMKernelResult(dual_coef=coef, b=float(bias * bias * coef.sum()), a=res.a, u=res.u, n_iter=n_iter,
-                           converged=res.converged)
+                           converged=res.converged, newton=used)
 
 
 def odm_kernel_newton(K, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0, gamma0=None, max_iter=50):
@@ -270,20 +279,37 @@ def _band_sets(z, mu, theta):
 def _band_minimiser(K, y, c, sets, mu, theta, B2):
     """The minimiser of P with the loss quadratic on the active ``sets``: gamma_A from
     (Q_AA + diag(1 / (c h))_A) gamma_A = t_A, 0 elsewhere; None if that system is not positive
-    definite."""
+    definite. Since Q_AA = Y (K_AA + B^2) Y with y_i^2 = 1, that is gamma_A = Y u with
+    (K_AA + B^2 + diag(1 / (c h))) u = Y t_A: no products with y y^T."""
     below, outside = sets
     idx = np.flatnonzero(outside)
     target = np.zeros(y.shape[0])
     if idx.size:
         h = np.where(below[idx], 2.0, 2.0 * mu)
-        M = (K[np.ix_(idx, idx)] + B2) * np.outer(y[idx], y[idx])
-        M[np.diag_indices_from(M)] += 1.0 / (c[idx] * h)
-        rhs = np.where(below[idx], 1.0 - theta, 1.0 + theta)
-        try:
-            target[idx] = sla.cho_solve(sla.cho_factor(M, lower=True, check_finite=False), rhs, check_finite=False)
+        M = np.empty((idx.size, idx.size))
+        _band_block(K, idx, B2, 1.0 / (c[idx] * h), M)
+        rhs = y[idx] * np.where(below[idx], 1.0 - theta, 1.0 + theta)
+        try:  # M.T: Fortran order, its lower triangle the one filled
+            u = sla.cho_solve(sla.cho_factor(M.T, lower=True, overwrite_a=True, check_finite=False), rhs,
+                              check_finite=False)
         except np.linalg.LinAlgError:
             return None
+        target[idx] = y[idx] * u
     return target
+
+
+@njit(cache=True)
+def _band_block(K, idx, B2, diag, out):
+    """out[a, b] = K[idx_a, idx_b] + B2 (+ diag_a on the diagonal) for b >= a: the upper
+    triangle of the C-ordered ``out``, the lower one of its Fortran view (the other is not
+    written). Gathers half of what ``K[np.ix_(idx, idx)]`` does, along rows of K."""
+    n = idx.shape[0]
+    for a in range(n):
+        row = K[idx[a]]
+        o = out[a]
+        for b in range(a, n):
+            o[b] = row[idx[b]] + B2
+        o[a] += diag[a]
 
 
 # ----------------------------------------------------------------------------- products with Xh
