@@ -162,9 +162,11 @@ def block_pcg(hmul, B, prec, tol, max_iter=None, give_up=None):
 
 
 #: solver="auto": conjugate gradients are abandoned for the factorisation once they predict more
-#: iterations than m / this (about the break-even of the two on one core: 5000 rows of magic,
-#: a CG iteration 0.035 s, the Cholesky solve 1.24 s; C = 1 took 16 iterations, C = 100 88).
-AUTO_CG_RATIO = 140
+#: iterations than m / this, about the break-even of the two on one core with the Gram matrix's
+#: products through one triangle (magic, one BLAS thread: 1500 / 2000 / 3000 / 5000 rows, a CG
+#: iteration 0.8 / 1.4 / 3.5 / 7.7 ms after a set-up of 26 / 41 / 77 / 200 ms, the Cholesky solve
+#: 46 / 111 / 288 / 1439 ms: even at 25 / 50 / 60 / 160 iterations; C = 1 takes 14-15, C = 100 about 80).
+AUTO_CG_RATIO = 50
 
 
 def _system(G, y, d, overwrite):
