@@ -160,7 +160,8 @@ def test_average_ranks_follow_from_the_means(preset):
     ranks = np.mean([stats.rankdata(-a) for a in acc], axis=0)
     lines = report[report.index("| method | average rank |"):].splitlines()[2:2 + len(methods)]
     printed = {c[0]: float(c[1]) for c in (line.strip("| ").split(" | ") for line in lines)}
-    assert printed == pytest.approx(dict(zip(methods, ranks)), abs=5e-4)
+    # printed to three decimals: off by at most half a unit of the last (3.8125 prints as 3.812)
+    assert printed == pytest.approx(dict(zip(methods, ranks)), abs=5e-4 + 1e-12)
 
 
 def test_every_preset_has_a_page_with_verdicts_and_the_index_links_them():
