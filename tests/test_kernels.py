@@ -306,3 +306,9 @@ def test_row_cache_dot_is_the_gram_product(X, rng, kind, sparse, dtype):
     assert chosen.prefill(rows) == 7 and np.array_equal(np.flatnonzero(chosen.state.slot_of >= 0), np.sort(rows[:7]))
     np.testing.assert_allclose(chosen.dot(V), K @ V, rtol=tol, atol=tol * np.abs(K).max() * np.abs(V).sum())
     assert pre.misses == 7  # the products read the prefilled rows and cache nothing more
+    # 19 cached rows: two tiles of eight read together (their columns added to the other rows)
+    # and three rows one at a time; one, two and three columns
+    tiles = KernelRowCache(spec, Xin, max_bytes=19 * dtype().itemsize * X.shape[0], dtype=dtype)
+    assert tiles.prefill(rows) == 19
+    for W in (v, V[:, :2], V):
+        np.testing.assert_allclose(tiles.dot(W), K @ W, rtol=tol, atol=tol * np.abs(K).max() * np.abs(W).sum())
