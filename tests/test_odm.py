@@ -230,6 +230,8 @@ def test_a_warm_path_that_needed_newton_hands_over_soon():
     np.testing.assert_allclose(est.decision_function(X), cold.decision_function(X), atol=1e-8)
     est.set_params(lam=10.0).fit(X, y)
     assert est.n_iter_ > 5
+    with pytest.raises(ValueError, match="newton must be"):
+        odm_dcd_kernel(None, np.ones(3), np.ones(3), gram=np.eye(3), newton="later")
 
 
 def test_squared_hinge_special_case_is_linearsvc():

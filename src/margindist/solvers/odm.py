@@ -209,6 +209,8 @@ def odm_dcd_kernel(cache: KernelRowCache | None, y, sample_weight, lam=1.0, mu=0
     Returns an :class:`ODMKernelResult` (dual_coef = y * gamma (m,), b = bias^2 sum(dual_coef), a,
     u = Q gamma); f(x) = sum_j dual_coef_j k(x_j, x) + b.
     """
+    if newton not in (True, False, "soon"):
+        raise ValueError(f"newton must be True, False or 'soon'; got {newton!r}.")
     n_var, D, p, U = odm_dual_terms(sample_weight, lam, mu, theta)
     m = y.shape[0]
     K = gram if gram is not None else cache.matrix()
