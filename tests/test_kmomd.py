@@ -832,6 +832,27 @@ def test_estimator_auto_picks_newton_and_keeps_the_old_solvers():
         KMOMD(solver="newton", kernel="linear", lam=0.0).fit(X, y)
 
 
+@pytest.mark.parametrize("slots", [3, 10, 60])
+def test_rows_combination_with_evictions(slots):
+    """C K[rows] from the row cache, one combination (eight rows at a time when the cache holds
+    eight; rows evicted and recomputed between the groups) or two (row by row), equals the
+    product with the kernel matrix."""
+    from margindist.kernels import KernelRowCache, kernel_matrix, resolve_kernel
+    from margindist.solvers.kmomd import _rows_combination
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(60, 4))
+    spec = resolve_kernel("rbf", X, gamma=0.4)
+    K = kernel_matrix(spec, X)
+    rows = rng.permutation(60)[:29]
+    for k in (1, 2):
+        cache = KernelRowCache(spec, X, max_bytes=slots * 8 * 60)
+        C = rng.normal(size=(k, 29))
+        out = np.zeros((k, 60))
+        _rows_combination(cache.state, rows, C, out)
+        np.testing.assert_allclose(out, C @ K[rows], rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n", [5, 8, 37])
 @pytest.mark.parametrize("k", [1, 2, 3])
