@@ -634,6 +634,55 @@ def _triangle_dot(kind, params, XT, sq, XT32, VT, outT, work, work32):
                     _apply_chunk(o, VT, outT, a, s0)
 
 
+#: :func:`row_tile8`'s updates of o: none, o[j] += ..., o[j] += mask[j] * ....
+TILE_SUMS_ONLY, TILE_ADD, TILE_MASKED = 0, 1, 2
+
+
+@njit(cache=True, fastmath=_REDUCE, inline="always")
+def row_tile8(R, lo, hi, v0, v1, X, Z, o0, o1, mask, mode):
+    """Eight rows R of a symmetric matrix (float32 or float64) against columns lo..hi-1 of two
+    vectors, in float64: returns (P, Q), P[t] = sum_j R[t][j] v0[j] and Q[t] = sum_j R[t][j] v1[j],
+    and (``mode``) adds sum_t R[t][j] X[t] to o0[j] and sum_t R[t][j] Z[t] to o1[j] (times mask[j]
+    for TILE_MASKED). The other side of the symmetric product for eight rows at once: o[j] is
+    loaded and stored once per eight values instead of once per value, the eight rows' sums stay
+    in registers, and the loop is bound by reading the rows (2.5x faster than one row at a time
+    in float64, 3.3x in float32, at 5000 columns on one core)."""
+    r0, r1, r2, r3, r4, r5, r6, r7 = R
+    x0, x1, x2, x3, x4, x5, x6, x7 = X
+    z0, z1, z2, z3, z4, z5, z6, z7 = Z
+    p0, p1, p2, p3, p4, p5, p6, p7 = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+    q0, q1, q2, q3, q4, q5, q6, q7 = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+    for j in range(lo, hi):
+        k0, k1, k2, k3 = np.float64(r0[j]), np.float64(r1[j]), np.float64(r2[j]), np.float64(r3[j])
+        k4, k5, k6, k7 = np.float64(r4[j]), np.float64(r5[j]), np.float64(r6[j]), np.float64(r7[j])
+        u, w = v0[j], v1[j]
+        p0 += k0 * u
+        p1 += k1 * u
+        p2 += k2 * u
+        p3 += k3 * u
+        p4 += k4 * u
+        p5 += k5 * u
+        p6 += k6 * u
+        p7 += k7 * u
+        q0 += k0 * w
+        q1 += k1 * w
+        q2 += k2 * w
+        q3 += k3 * w
+        q4 += k4 * w
+        q5 += k5 * w
+        q6 += k6 * w
+        q7 += k7 * w
+        if mode != TILE_SUMS_ONLY:
+            a = k0 * x0 + k1 * x1 + k2 * x2 + k3 * x3 + k4 * x4 + k5 * x5 + k6 * x6 + k7 * x7
+            c = k0 * z0 + k1 * z1 + k2 * z2 + k3 * z3 + k4 * z4 + k5 * z5 + k6 * z6 + k7 * z7
+            if mode == TILE_MASKED:
+                a *= mask[j]
+                c *= mask[j]
+            o0[j] += a
+            o1[j] += c
+    return (p0, p1, p2, p3, p4, p5, p6, p7), (q0, q1, q2, q3, q4, q5, q6, q7)
+
+
 @njit(cache=True, fastmath=_REDUCE, inline="always")
 def _cached_row_pair(row, i, scatter, both, v0, v1, o0, o1):
     """One cached row i of K (:func:`_cached_rows_pair`): o[i] += K[i, :] v, and with ``both``
@@ -653,62 +702,23 @@ def _cached_row_pair(row, i, scatter, both, v0, v1, o0, o1):
 @njit(cache=True, fastmath=_REDUCE)
 def _cached_rows_pair(slots, slot_of, rows, scatter, v0, v1, o0, o1):
     """The cached rows' part of (K v0, K v1) (see :func:`_cached_rows_dot`), eight rows at a
-    time: while the eight rows stream past, K[i_t, j] goes into the rows' sums (registers) and
-    into o[j], which is loaded and stored once per eight values (at 14 000 columns, 1872 float64
-    rows, two columns: 12 ms against 27 ms one row at a time)."""
+    time (:func:`row_tile8`; at 14 000 columns, 1872 float64 rows, two columns: 8 ms against
+    27 ms one row at a time), the rows left over one by one."""
     m = v0.shape[0]
     both = scatter.shape[0] == m
+    mode = TILE_MASKED if both else TILE_SUMS_ONLY
     n = rows.shape[0]
     t = 0
     while t + 8 <= n:
-        i0, i1, i2, i3, i4, i5, i6, i7 = rows[t], rows[t + 1], rows[t + 2], rows[t + 3], rows[t + 4], \
-            rows[t + 5], rows[t + 6], rows[t + 7]
-        r0, r1, r2, r3 = slots[slot_of[i0]], slots[slot_of[i1]], slots[slot_of[i2]], slots[slot_of[i3]]
-        r4, r5, r6, r7 = slots[slot_of[i4]], slots[slot_of[i5]], slots[slot_of[i6]], slots[slot_of[i7]]
-        x0, x1, x2, x3, x4, x5, x6, x7 = v0[i0], v0[i1], v0[i2], v0[i3], v0[i4], v0[i5], v0[i6], v0[i7]
-        z0, z1, z2, z3, z4, z5, z6, z7 = v1[i0], v1[i1], v1[i2], v1[i3], v1[i4], v1[i5], v1[i6], v1[i7]
-        p0, p1, p2, p3, p4, p5, p6, p7 = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
-        q0, q1, q2, q3, q4, q5, q6, q7 = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
-        for j in range(m):
-            k0, k1, k2, k3 = np.float64(r0[j]), np.float64(r1[j]), np.float64(r2[j]), np.float64(r3[j])
-            k4, k5, k6, k7 = np.float64(r4[j]), np.float64(r5[j]), np.float64(r6[j]), np.float64(r7[j])
-            u, w = v0[j], v1[j]
-            p0 += k0 * u
-            p1 += k1 * u
-            p2 += k2 * u
-            p3 += k3 * u
-            p4 += k4 * u
-            p5 += k5 * u
-            p6 += k6 * u
-            p7 += k7 * u
-            q0 += k0 * w
-            q1 += k1 * w
-            q2 += k2 * w
-            q3 += k3 * w
-            q4 += k4 * w
-            q5 += k5 * w
-            q6 += k6 * w
-            q7 += k7 * w
-            if both:
-                sj = scatter[j]
-                o0[j] += sj * (k0 * x0 + k1 * x1 + k2 * x2 + k3 * x3 + k4 * x4 + k5 * x5 + k6 * x6 + k7 * x7)
-                o1[j] += sj * (k0 * z0 + k1 * z1 + k2 * z2 + k3 * z3 + k4 * z4 + k5 * z5 + k6 * z6 + k7 * z7)
-        o0[i0] += p0
-        o0[i1] += p1
-        o0[i2] += p2
-        o0[i3] += p3
-        o0[i4] += p4
-        o0[i5] += p5
-        o0[i6] += p6
-        o0[i7] += p7
-        o1[i0] += q0
-        o1[i1] += q1
-        o1[i2] += q2
-        o1[i3] += q3
-        o1[i4] += q4
-        o1[i5] += q5
-        o1[i6] += q6
-        o1[i7] += q7
+        i = (rows[t], rows[t + 1], rows[t + 2], rows[t + 3], rows[t + 4], rows[t + 5], rows[t + 6], rows[t + 7])
+        R = (slots[slot_of[i[0]]], slots[slot_of[i[1]]], slots[slot_of[i[2]]], slots[slot_of[i[3]]],
+             slots[slot_of[i[4]]], slots[slot_of[i[5]]], slots[slot_of[i[6]]], slots[slot_of[i[7]]])
+        X = (v0[i[0]], v0[i[1]], v0[i[2]], v0[i[3]], v0[i[4]], v0[i[5]], v0[i[6]], v0[i[7]])
+        Z = (v1[i[0]], v1[i[1]], v1[i[2]], v1[i[3]], v1[i[4]], v1[i[5]], v1[i[6]], v1[i[7]])
+        P, Q = row_tile8(R, 0, m, v0, v1, X, Z, o0, o1, scatter, mode)
+        for u in range(8):
+            o0[i[u]] += P[u]
+            o1[i[u]] += Q[u]
         t += 8
     for t in range(t, n):
         _cached_row_pair(slots[slot_of[rows[t]]], rows[t], scatter, both, v0, v1, o0, o1)
