@@ -832,6 +832,31 @@ def test_estimator_auto_picks_newton_and_keeps_the_old_solvers():
         KMOMD(solver="newton", kernel="linear", lam=0.0).fit(X, y)
 
 
+def test_pivoted_cholesky_is_exact_on_its_pivots():
+    """The Newton phase's partial Cholesky K ~ F^T F: exact on the pivot rows and columns, its
+    residual diagonal d = diag(K) - sum_t F[t]^2 (0 on the pivots), pivots only among the
+    candidates, each the candidate with the largest residual diagonal at its step."""
+    from margindist.kernels import KernelRowCache, kernel_matrix, resolve_kernel
+    from margindist.solvers.kmomd import _pivoted_cholesky
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(80, 3))
+    spec = resolve_kernel("rbf", X, gamma=0.3)
+    K = kernel_matrix(spec, X)
+    cache = KernelRowCache(spec, X, max_bytes=80 * 8 * 80)
+    cand = rng.random(80) < 0.6
+    F, piv = np.zeros((12, 80)), np.zeros(12, dtype=np.int64)
+    rank, d = _pivoted_cholesky(cache.state, np.diag(K).copy(), cand, 12, 1e-12, F, piv)
+    assert rank == 12 and cand[piv].all() and len(set(piv)) == 12
+    P, Fr = piv[:rank], F[:rank]
+    np.testing.assert_allclose(Fr[:, P].T @ Fr[:, P], K[np.ix_(P, P)], atol=1e-12)
+    np.testing.assert_allclose(Fr.T @ Fr[:, P], K[:, P], atol=1e-12)
+    np.testing.assert_allclose(d, np.diag(K) - (Fr ** 2).sum(axis=0), atol=1e-12)
+    for k in range(rank):  # greedy: the largest residual diagonal among the candidates
+        res = np.diag(K) - (Fr[:k] ** 2).sum(axis=0)
+        assert res[P[k]] == pytest.approx(res[cand].max(), abs=1e-12)
+
+
 @pytest.mark.parametrize("slots", [3, 10, 60])
 def test_rows_combination_with_evictions(slots):
     """C K[rows] from the row cache, one combination (eight rows at a time when the cache holds

@@ -438,13 +438,13 @@ def _pivoted_cholesky(cache, diag, cand, r_max, stop, F, piv):
         piv[k] = j
         row = cache_row(cache, j)
         f = F[k]
-        for a in range(m):
-            f[a] = row[a]
-        for t in range(k):
-            c = F[t, j]
-            ft = F[t]
+        if k:  # f = row - F[:k]^T F[:k, j], one BLAS product (k axpys into f: twice the time)
+            f[:] = np.dot(np.ascontiguousarray(F[:k, j]), F[:k])
             for a in range(m):
-                f[a] -= c * ft[a]
+                f[a] = row[a] - f[a]
+        else:
+            for a in range(m):
+                f[a] = row[a]
         sc = 1.0 / np.sqrt(dj)
         for a in range(m):
             f[a] *= sc
