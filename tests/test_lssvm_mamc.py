@@ -273,5 +273,4 @@ def test_lssvm_kernel_solves_repeated_rows_as_weights(solver):
         res = lssvm_kernel(spec, Xd, yd, s, 2.0, solver=solver, **kw)
         np.testing.assert_allclose(res.coef, ref.coef, rtol=1e-7, atol=1e-9)
         assert res.b == pytest.approx(ref.b, rel=1e-7, abs=1e-9)
-        if res.norm_sq is not None:
-            assert res.norm_sq == pytest.approx(float(ref.coef @ K @ ref.coef), rel=1e-7)
+        assert res.norm_sq == pytest.approx(float(ref.coef @ K @ ref.coef), rel=1e-7)

@@ -17,7 +17,7 @@ import scipy.sparse as sp
 from numba import njit
 from scipy.linalg import blas
 
-from ..kernels import TILE_ADD, _chunk_rows, row_tile8
+from ..kernels import TILE_ADD, _chunk_rows, row_tile1, row_tile8
 
 __all__ = ["BLOCK_BYTES", "float64_blocks", "lower_to_full", "sym_dot", "sym_rows", "weighted_gram", "x_dot",
            "xt_dot"]
@@ -87,15 +87,10 @@ _NO_MASK = np.zeros(0)
 @njit(cache=True, fastmath=_FM, inline="always")
 def _lower_row(K, v0, v1, o0, o1, i, lo):
     """Row i of K's lower triangle from column lo on: K[i, a] (lo <= a < i) applied to both
-    sides of the symmetric product of (v0, v1), then the diagonal."""
-    r = K[i]
-    x0, x1, s0, s1 = v0[i], v1[i], 0.0, 0.0
-    for a in range(lo, i):
-        k = np.float64(r[a])
-        s0 += k * v0[a]
-        s1 += k * v1[a]
-        o0[a] += k * x0
-        o1[a] += k * x1
+    sides of the symmetric product of (v0, v1) (:func:`~margindist.kernels.row_tile1`), then
+    the diagonal."""
+    r, x0, x1 = K[i], v0[i], v1[i]
+    s0, s1 = row_tile1(r, lo, i, v0, v1, x0, x1, o0, o1, _NO_MASK, TILE_ADD)
     k = np.float64(r[i])
     o0[i] += s0 + k * x0
     o1[i] += s1 + k * x1
