@@ -114,6 +114,50 @@ def test_row_cache_lru_eviction_order(X):
     assert slot_of[0] >= 0 and slot_of[2] >= 0 and slot_of[1] == -1
 
 
+@pytest.mark.parametrize("n_slots", [2, 7, 30])
+def test_row_cache_is_exactly_lru(X, n_slots):
+    """The recency list against an independent LRU (an OrderedDict) over a random request
+    stream with a hot subset: the same rows cached and the same misses at every step."""
+    from collections import OrderedDict
+
+    spec = resolve_kernel("rbf", X, gamma=0.5)
+    K = kernel_matrix(spec, X)
+    m = X.shape[0]
+    cache = KernelRowCache(spec, X, max_bytes=8 * m * n_slots)
+    assert cache.n_slots == n_slots
+    rng = np.random.default_rng(n_slots)
+    model, misses = OrderedDict(), 0
+    for t in range(3000):
+        i = int(rng.integers(m)) if t % 3 else int(rng.integers(min(m, n_slots + 2)))
+        np.testing.assert_allclose(cache_row(cache.state, i), K[i], rtol=1e-12)
+        if i in model:
+            model.move_to_end(i)
+        else:
+            misses += 1
+            model[i] = None
+            if len(model) > n_slots:
+                model.popitem(last=False)
+        assert set(np.flatnonzero(cache.state.slot_of >= 0)) == set(model)
+    assert cache.misses == misses and cache.hits == 3000 - misses
+
+
+def test_row_cache_fill_after_lazy_rows(X):
+    """fill() on a cache whose slots hold rows out of place: every row ends in its own slot,
+    no stale slot mapping, and the rows are still right when read back in any order."""
+    spec = resolve_kernel("rbf", X, gamma=0.5)
+    K = kernel_matrix(spec, X)
+    m = X.shape[0]
+    cache = KernelRowCache(spec, X)
+    for i in (5, 3, 0, 9, 1):
+        cache_row(cache.state, i)
+    G = cache.fill()
+    np.testing.assert_array_equal(cache.state.slot_of, np.arange(m))
+    np.testing.assert_allclose(G, K, rtol=1e-12)
+    for i in np.random.default_rng(0).permutation(m):
+        np.testing.assert_allclose(cache_row(cache.state, i), K[i], rtol=1e-12)
+    assert cache.misses == m + 5
+
+
 def test_row_cache_matrix_only_when_every_row_is_cached(X):
     spec = resolve_kernel("rbf", X, gamma=0.5)
     K = kernel_matrix(spec, X)

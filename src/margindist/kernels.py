@@ -488,37 +488,65 @@ def compute_kernel_row(cache, i, out):
             ob[j] = o[j]
 
 
+@njit(cache=True, inline="always")
+def _unlink(links, counters, s):
+    """Take slot s out of the recency list (``links[0]``: the previous, less recent slot;
+    ``links[1]``: the next, more recent one; -1 at the ends; ``counters[4]`` / ``counters[5]``:
+    the least / most recently used slot)."""
+    prev, nxt = links[0, s], links[1, s]
+    if prev >= 0:
+        links[1, prev] = nxt
+    else:
+        counters[4] = nxt
+    if nxt >= 0:
+        links[0, nxt] = prev
+    else:
+        counters[5] = prev
+
+
+@njit(cache=True, inline="always")
+def _push_recent(links, counters, s):
+    """Slot s becomes the most recently used."""
+    tail = counters[5]
+    links[0, s] = tail
+    links[1, s] = -1
+    if tail >= 0:
+        links[1, tail] = s
+    else:
+        counters[4] = s
+    counters[5] = s
+
+
 @njit(cache=True)
 def cache_row(cache, i):
     """Kernel row i (a view into the cache; valid until the next miss evicts its slot).
 
     ``cache`` is :attr:`KernelRowCache.state`. Least-recently-used rows are evicted when the
-    byte budget is full. Row i equals column i: all supported kernels are symmetric. The row has
-    the cache's dtype (float64, or float32 with ``KernelRowCache(..., dtype=np.float32)``).
+    byte budget is full; the slots in use form a doubly linked list in order of use (as
+    LIBSVM's cache), so a hit or an eviction costs O(1) whatever the number of slots. Row i
+    equals column i: all supported kernels are symmetric. The row has the cache's dtype
+    (float64, or float32 with ``KernelRowCache(..., dtype=np.float32)``).
     """
-    slots, slot_of, row_of, stamp, counters = cache.slots, cache.slot_of, cache.row_of, cache.stamp, cache.counters
-    counters[0] += 1  # clock
+    slots, slot_of, row_of, links, counters = cache.slots, cache.slot_of, cache.row_of, cache.links, cache.counters
+    counters[0] += 1  # requests
     s = slot_of[i]
     if s >= 0:
         counters[1] += 1  # hits
-        stamp[s] = counters[0]
+        if s != counters[5]:
+            _unlink(links, counters, s)
+            _push_recent(links, counters, s)
         return slots[s]
     counters[2] += 1  # misses
-    n_slots = slots.shape[0]
-    if counters[3] < n_slots:  # a free slot
+    if counters[3] < slots.shape[0]:  # a free slot
         s = counters[3]
         counters[3] += 1
-    else:
-        s = 0
-        oldest = stamp[0]
-        for t in range(1, n_slots):
-            if stamp[t] < oldest:
-                oldest = stamp[t]
-                s = t
+    else:  # the least recently used
+        s = counters[4]
+        _unlink(links, counters, s)
         slot_of[row_of[s]] = -1
+    _push_recent(links, counters, s)
     row_of[s] = i
     slot_of[i] = s
-    stamp[s] = counters[0]
     compute_kernel_row(cache, i, slots[s])
     return slots[s]
 
@@ -535,14 +563,21 @@ def _fill_rows(cache, lo, hi):
 
 @njit(cache=True)
 def _claim_slot(cache, i):
-    """Bookkeeping of a row written into slot i by the block fill."""
-    slot_of, row_of, stamp, counters = cache.slot_of, cache.row_of, cache.stamp, cache.counters
+    """Bookkeeping of a row written into slot i by the block fill (rows claimed in increasing
+    order, so the slots below i are in use: slot i is in the recency list iff i < counters[3])."""
+    slot_of, row_of, links, counters = cache.slot_of, cache.row_of, cache.links, cache.counters
     counters[0] += 1
     counters[2] += 1
+    if i < counters[3]:
+        r = row_of[i]
+        if r >= 0 and slot_of[r] == i:  # the row held here is evicted
+            slot_of[r] = -1
+        _unlink(links, counters, i)
+    else:
+        counters[3] = i + 1
+    _push_recent(links, counters, i)
     slot_of[i] = i
     row_of[i] = i
-    stamp[i] = counters[0]
-    counters[3] = max(counters[3], i + 1)
 
 
 @njit(cache=True)
@@ -746,8 +781,10 @@ def _cached_rows_dot(slots, slot_of, rows, scatter, VT, outT):
 
 #: The state of a :class:`KernelRowCache` as compiled code receives it. ``slots`` (n_slots, m):
 #: the cached rows (float32 or float64); ``slot_of`` (m,): the slot of each row (-1: not cached);
-#: ``row_of`` (n_slots,): the row in each slot; ``stamp`` (n_slots,): last use of each slot;
-#: ``counters``: [clock, hits, misses, used slots]; ``kind``: a ``KIND_*`` constant; ``params``:
+#: ``row_of`` (n_slots,): the row in each slot; ``links`` (2, n_slots): the slots in use as a
+#: doubly linked list in order of use (previous / next slot, -1 at the ends);
+#: ``counters``: [requests, hits, misses, used slots, least and most recently used slot];
+#: ``kind``: a ``KIND_*`` constant; ``params``:
 #: [gamma, coef0, degree]; ``X``: the Gram matrix (precomputed), X^T (d, m) for dense rows or
 #: empty for CSR rows; ``data``, ``indices``, ``indptr``: the CSR rows (sorted indices, float64)
 #: or empty; ``sq_norms``: ||x_i||^2; ``scratch``: a zeroed float64 vector of length d (CSR);
@@ -757,7 +794,13 @@ def _cached_rows_dot(slots, slot_of, rows, scatter, VT, outT):
 #: The ``rows`` of a cache whose kernel rows are not computed from CSR data (no rows at all).
 _NO_ROWS = make_rows(sp.csr_matrix((0, 0), dtype=np.float64))
 
-RowCacheState = namedtuple("RowCacheState", ["slots", "slot_of", "row_of", "stamp", "counters", "kind", "params", "X",
+
+def _full_list(m):
+    """The recency list of m slots used in order 0, 1, ..., m - 1."""
+    idx = np.arange(m, dtype=np.int64)
+    return np.stack([idx - 1, np.where(idx + 1 < m, idx + 1, -1)])
+
+RowCacheState = namedtuple("RowCacheState", ["slots", "slot_of", "row_of", "links", "counters", "kind", "params", "X",
                                              "rows", "sq_norms", "scratch", "work", "X32", "work32"])
 
 
@@ -850,8 +893,8 @@ class KernelRowCache:
             slots=np.empty((n_slots, m), dtype=dtype),
             slot_of=np.full(m, -1, dtype=np.int64),
             row_of=np.full(n_slots, -1, dtype=np.int64),
-            stamp=np.zeros(n_slots, dtype=np.int64),
-            counters=np.zeros(4, dtype=np.int64),
+            links=np.full((2, n_slots), -1, dtype=np.int64),
+            counters=np.array([0, 0, 0, 0, -1, -1], dtype=np.int64),
             kind=_KIND_CODE[kind],
             params=params,
             X=Xd,
@@ -890,8 +933,8 @@ class KernelRowCache:
         self = cls.__new__(cls)
         empty_f = np.zeros(0, dtype=np.float64)
         ident = np.arange(m, dtype=np.int64)
-        self.state = RowCacheState(slots=G, slot_of=ident, row_of=ident.copy(), stamp=np.zeros(m, dtype=np.int64),
-                                   counters=np.array([0, 0, 0, m], dtype=np.int64), kind=KIND_PRECOMPUTED,
+        self.state = RowCacheState(slots=G, slot_of=ident, row_of=ident.copy(), links=_full_list(m),
+                                   counters=np.array([0, 0, 0, m, 0, m - 1], dtype=np.int64), kind=KIND_PRECOMPUTED,
                                    params=np.zeros(3), X=G, rows=_NO_ROWS, sq_norms=empty_f,
                                    scratch=empty_f, work=np.empty((2, 0)), X32=np.zeros((0, 0), dtype=np.float32),
                                    work32=np.zeros((2, 0), dtype=np.float32))
