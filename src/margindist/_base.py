@@ -70,6 +70,7 @@ from .kernels import (
     rkhs_norm_sq,
 )
 from .metrics import label_index, multiclass_margins, pairwise_margins
+from .solvers._repeats import repeated_rows, split_coefficients
 from .solvers._threads import blas_single_thread
 
 logger = logging.getLogger("margindist")
@@ -211,6 +212,11 @@ class BinaryProblem:
 LINEAR_KERNEL = resolve_kernel("linear")
 #: ``kernel_approximation="auto"``: landmarks used when the exact path would not fit its budget.
 AUTO_COMPONENTS = 1000
+#: The exact kernel path of a ``_weights_are_copies`` method runs on the distinct (x_i, y_i)
+#: pairs when they are at most this fraction of the rows (fewer rows, the same model; the
+#: fraction leaves out data with a few repeats, where sharing the full set-up across a grid
+#: would cost more than the rows saved).
+DISTINCT_MAX_FRACTION = 0.75
 
 
 def approximation_components(estimator, kernel: KernelSpec | None, m: int) -> int | None:
@@ -334,6 +340,10 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
     _native_multiclass = False
     #: The ``multi_class`` strategies that ``partial_fit`` supports for more than two classes.
     _stream_multi_class = ("ovr", "ovo")
+    #: Set by methods whose exact kernel path treats a sample weight k as exactly k copies of a
+    #: sample (the same decision function): their sub-problems with repeated (x_i, y_i) pairs
+    #: are solved on the distinct pairs (:meth:`_distinct_pairs`).
+    _weights_are_copies = False
 
     # ------------------------------------------------------------------ hooks
     def _fit_binary(self, problem: BinaryProblem) -> BinaryModel:  # pragma: no cover
@@ -389,15 +399,19 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         if not self._shares_set_up(X):
             return make()
         held = data.shared.get(kind)
-        if held is None or held[0] != key:
-            held = data.shared[kind] = (key, make())
+        if held is None or held[0] != key or held[2] is not X:
+            held = data.shared[kind] = (key, make(), X)
         return held[1]
 
     def _shares_set_up(self, X=None) -> bool:
         """Whether this fit runs on data whose set-up other fits share (see :meth:`_fit_shared`);
-        with ``X``, set-up made from these rows (the whole training data of the fit)."""
+        with ``X``, set-up made from these rows: the whole training data of the fit, or its
+        distinct pairs (:meth:`_distinct_pairs`)."""
         data = getattr(self, "_shared_data", None)
-        return data is not None and data.shared is not None and (X is None or X is data.X)
+        if data is None or data.shared is None:
+            return False
+        distinct = data.shared.get("distinct pairs")
+        return X is None or X is data.X or (distinct is not None and distinct[1] is not None and X is distinct[1][0])
 
     def _release(self):
         """Drop what :meth:`_prepare` made for this fit only (run when the fit ends, even on
@@ -728,7 +742,8 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         replaced by its Nyström approximation)."""
         n_comp = approximation_components(self, problem.kernel, problem.X.shape[0])
         if n_comp is None:
-            return self._fit_binary(problem)
+            merged = self._distinct_pairs(problem)
+            return self._fit_binary(problem) if merged is None else self._fit_distinct(problem, merged)
         X = problem.X
         if problem.rows is None and full is not None:
             nmap, Z = full
@@ -741,6 +756,38 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         # a method that solved the linear problem in its dual form returns w = Z^T a
         w = model.coef if model.coef is not None else Z.T @ model.dual_coef
         return replace(model, coef=None, dual_coef=nmap.dual_coef(w, X.shape[0]), norm_sq=None)
+
+    def _distinct_pairs(self, problem: BinaryProblem):
+        """(X_u, first, inverse, s_u) of the distinct pairs (x_i, y_i) of a sub-problem on the
+        exact kernel path of an estimator with ``_weights_are_copies``, when they are at most
+        :data:`DISTINCT_MAX_FRACTION` of its rows (X_u = X[first], X_u[inverse] = X, s_u the
+        summed weights); else None. Shared by the grid points of a search, like the set-up
+        made from X_u (:meth:`_fit_shared`)."""
+        X, y, s, kernel = problem.X, problem.y, problem.sample_weight, problem.kernel
+        if not self._weights_are_copies or kernel is None or kernel.is_linear:
+            return None
+
+        def make():
+            merged = repeated_rows(kernel, X, y, s)
+            if merged is None or merged[0].size > DISTINCT_MAX_FRACTION * X.shape[0]:
+                return None
+            first, inverse, s_u = merged
+            return X[first], first, inverse, s_u
+
+        return self._fit_shared("distinct pairs", (y.tobytes(), s.tobytes()), make, X)
+
+    def _fit_distinct(self, problem: BinaryProblem, merged) -> BinaryModel:
+        """``_fit_binary`` on the distinct pairs with their weights summed (the same decision
+        function: a weight k is k copies of a sample), its dual coefficients shared out to the
+        copies of each pair in proportion to their weights."""
+        X_u, first, inverse, s_u = merged
+        get_logger(getattr(self, "verbose", 0)).info(
+            "%s: %d distinct (x, y) pairs of %d rows, solved with their weights summed", type(self).__name__,
+            first.size, problem.X.shape[0])
+        model = self._fit_binary(replace(problem, X=X_u, y=problem.y[first], sample_weight=s_u, shared=None))
+        if model.dual_coef is None:
+            return model
+        return replace(model, dual_coef=split_coefficients(model.dual_coef, problem.sample_weight, s_u, inverse))
 
     # ------------------------------------------------------------------ streaming
     def _partial_fit_binary(self, problem: BinaryProblem) -> BinaryModel:  # pragma: no cover

@@ -220,6 +220,8 @@ class ODM(BaseMarginClassifier):
             )
         return checks
 
+    _weights_are_copies = True  # repeated (x, y) pairs: solved on the distinct ones
+
     _parameter_constraints = {
         "lam": [*POSITIVE, StrOptions({"auto"})],
         "mu": [Interval(Real, 0, 1, closed="both")],

@@ -1,0 +1,137 @@
+"""Repeated (x, y) pairs on the exact kernel path: the estimators whose sample weight k is k
+copies of a sample solve the problem on the distinct pairs with their weights summed
+(``BaseMarginClassifier._distinct_pairs``). The models must be those of the full problem."""
+
+import logging
+
+import numpy as np
+import pytest
+from sklearn.model_selection import StratifiedKFold
+
+from margindist._base import DISTINCT_MAX_FRACTION, FitData
+from margindist.models.kmomd import KMOMD
+from margindist.models.ldm import LDM
+from margindist.models.odm import ODM
+from margindist.search import cv_search
+from margindist.solvers.odm import odm_dcd_kernel
+
+pytestmark = pytest.mark.usefixtures("single_blas_thread")
+
+#: Each method at a tight tolerance, so that two solves of one problem agree closely.
+METHODS = {
+    "ODM": lambda **kw: ODM(kernel="rbf", gamma=0.7, lam=3.0, tol=1e-9, random_state=0, **kw),
+    "LDM": lambda **kw: LDM(kernel="rbf", gamma=0.7, C=2.0, tol=1e-9, random_state=0, **kw),
+    "KMOMD": lambda **kw: KMOMD(kernel="rbf", gamma=0.7, lam=0.1, tol=1e-9, **kw),
+}
+
+
+def _repeated(rng, n_distinct=12, m=150, d=3, n_classes=2):
+    """m samples drawn from n_distinct feature rows with noisy labels: repeated (x, y) pairs,
+    some rows under two labels."""
+    base = rng.normal(size=(n_distinct, d))
+    X = base[rng.integers(n_distinct, size=m)]
+    score = X[:, 0] + 0.8 * rng.normal(size=m)
+    y = np.digitize(score, np.quantile(score, np.linspace(0, 1, n_classes + 1)[1:-1]))
+    return X, y
+
+
+class _Unmerged:
+    """The estimator with the merge switched off: the full problem on every sample."""
+
+    def __init__(self, est):
+        est._weights_are_copies = False
+        self.est = est
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_distinct_pairs_give_the_full_problems_model(rng, name):
+    """The merged fit against the same estimator on every sample (sample weights, two
+    classes): the same decision function, and the copies of a pair share its coefficient in
+    proportion to their weights."""
+    X, y = _repeated(rng)
+    s = rng.uniform(0.5, 2.0, size=y.shape[0])
+    merged = METHODS[name]().fit(X, y, sample_weight=s)
+    full = _Unmerged(METHODS[name]()).est.fit(X, y, sample_weight=s)
+    f_full = full.decision_function(X)
+    np.testing.assert_allclose(merged.decision_function(X), f_full, atol=2e-6 * np.abs(f_full).max())
+    coef = np.zeros(y.shape[0])
+    coef[merged.support_] = merged.dual_coef_[0]
+    _, inverse = np.unique(np.c_[X, y], axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    group = np.flatnonzero(inverse == inverse[np.argmax(np.abs(coef))])
+    assert group.size > 1
+    np.testing.assert_allclose(coef[group] / s[group], coef[group[0]] / s[group[0]], rtol=1e-12)
+
+
+def test_odm_on_distinct_pairs_matches_the_dual_on_every_sample(rng):
+    """An independent computation: ODM's DCD on the full Gram matrix of every sample."""
+    X, y = _repeated(rng)
+    s = rng.uniform(0.5, 2.0, size=y.shape[0])
+    est = METHODS["ODM"]().fit(X, y, sample_weight=s)
+    K = np.exp(-0.7 * ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
+    ypm = np.where(y == est.classes_[1], 1.0, -1.0)
+    coef, b, *_ = odm_dcd_kernel(None, ypm, s, 3.0, est.mu, est.theta, gram=K, tol=1e-11, random_state=0,
+                                 newton=False, max_iter=100000)
+    f = K @ coef + b
+    np.testing.assert_allclose(est.decision_function(X), f, atol=1e-7 * np.abs(f).max())
+
+
+def test_merged_only_when_pairs_repeat_and_warm_starts_stay_with_their_rows(rng, caplog):
+    """Merged when the distinct pairs are at most DISTINCT_MAX_FRACTION of the rows; a warm start
+    from a merged fit serves the next one (one epoch) and a fit on other rows starts afresh."""
+    X, y = _repeated(rng)
+    with caplog.at_level(logging.INFO, logger="margindist"):
+        est = METHODS["ODM"](warm_start=True, verbose=1).fit(X, y)
+    assert "distinct (x, y) pairs of 150 rows" in caplog.text
+    est.fit(X, y)
+    assert est.n_iter_ == 1
+    X2 = X + 1e-3 * rng.normal(size=X.shape)  # every pair distinct
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="margindist"):
+        est.fit(X2, y)
+    assert "distinct (x, y)" not in caplog.text and est.n_iter_ > 1
+    np.testing.assert_allclose(est.decision_function(X2), METHODS["ODM"]().fit(X2, y).decision_function(X2),
+                               atol=1e-6)
+    # a few repeats only: the full problem
+    n_keep = int(DISTINCT_MAX_FRACTION * X2.shape[0]) + 5
+    X3 = np.r_[X2[:n_keep], X2[: X2.shape[0] - n_keep]]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="margindist"):
+        METHODS["ODM"](verbose=1).fit(X3, y)
+    assert "distinct (x, y)" not in caplog.text
+
+
+@pytest.mark.parametrize("name", ["ODM", "LDM"])
+def test_search_shares_the_distinct_rows_set_up_without_mixing_sub_problems(rng, name):
+    """A grid search over one-vs-rest sub-problems whose distinct pairs differ: the set-up made
+    from one sub-problem's distinct rows must never serve another's. The fold scores of the
+    search equal those of plain fits."""
+    X, y = _repeated(rng, n_distinct=15, m=180, n_classes=3)
+    folds = list(StratifiedKFold(3, shuffle=True, random_state=0).split(X, y))
+    grid = {"gamma": [0.3, 0.7]}
+
+    def build(params):
+        return METHODS[name](multi_class="ovr").set_params(**params)
+
+    res = cv_search(build, grid, X, y, folds, warm_start=False)
+    for k, g in enumerate(grid["gamma"]):
+        plain = [np.mean(build({"gamma": g}).fit(X[tr], y[tr]).predict(X[va]) == y[va]) for tr, va in folds]
+        np.testing.assert_allclose(res.scores[k], plain, atol=1e-12)
+
+
+def test_fit_shared_keeps_set_up_with_the_rows_it_was_made_from(rng):
+    """A value held under a kind and key is reused only for the very rows it was made from."""
+    X = rng.normal(size=(10, 2))
+    est = ODM()
+    est._shared_data = FitData(X=X, y_index=np.zeros(10, dtype=int), sample_weight=np.ones(10),
+                               classes=np.arange(2), key=(), shared={})
+    calls = []
+
+    def make(tag):
+        return lambda: calls.append(tag) or tag
+
+    assert est._fit_shared("rows", 1, make("a"), X) == "a"
+    assert est._fit_shared("rows", 1, make("b"), X) == "a"  # the same rows and key: reused
+    assert est._fit_shared("rows", 1, make("c"), X.copy()) == "c"  # other rows: not shared, made
+    assert est._fit_shared("rows", 2, make("d"), X) == "d"  # another key: made again
+    assert calls == ["a", "c", "d"]
