@@ -1,5 +1,5 @@
-"""Repeated (x, y) pairs on the exact kernel path: the estimators whose sample weight k is k
-copies of a sample solve the problem on the distinct pairs with their weights summed
+"""Repeated (x, y) pairs on the exact kernel path: ODM, whose sample weight k is k copies of a
+sample, solves the problem on the distinct pairs with their weights summed
 (``BaseMarginClassifier._distinct_pairs``). The models must be those of the full problem."""
 
 import logging
@@ -9,19 +9,17 @@ import pytest
 from sklearn.model_selection import StratifiedKFold
 
 from margindist._base import DISTINCT_MAX_FRACTION, FitData
-from margindist.models.kmomd import KMOMD
-from margindist.models.ldm import LDM
 from margindist.models.odm import ODM
 from margindist.search import cv_search
 from margindist.solvers.odm import odm_dcd_kernel
 
 pytestmark = pytest.mark.usefixtures("single_blas_thread")
 
-#: Each method at a tight tolerance, so that two solves of one problem agree closely.
+#: Each method that merges, at a tight tolerance, so that two solves of one problem agree closely.
 METHODS = {
     "ODM": lambda **kw: ODM(kernel="rbf", gamma=0.7, lam=3.0, tol=1e-9, random_state=0, **kw),
-    "LDM": lambda **kw: LDM(kernel="rbf", gamma=0.7, C=2.0, tol=1e-9, random_state=0, **kw),
-    "KMOMD": lambda **kw: KMOMD(kernel="rbf", gamma=0.7, lam=0.1, tol=1e-9, **kw),
+    "ODM, mu = 0": lambda **kw: ODM(kernel="rbf", gamma=0.7, lam=50.0, mu=0.0, theta=0.4, tol=1e-9,
+                                    random_state=0, **kw),
 }
 
 
@@ -101,7 +99,7 @@ def test_merged_only_when_pairs_repeat_and_warm_starts_stay_with_their_rows(rng,
     assert "distinct (x, y)" not in caplog.text
 
 
-@pytest.mark.parametrize("name", ["ODM", "LDM"])
+@pytest.mark.parametrize("name", list(METHODS))
 def test_search_shares_the_distinct_rows_set_up_without_mixing_sub_problems(rng, name):
     """A grid search over one-vs-rest sub-problems whose distinct pairs differ: the set-up made
     from one sub-problem's distinct rows must never serve another's. The fold scores of the

@@ -250,8 +250,6 @@ class KMOMD(BaseMarginClassifier):
     True
     """
 
-    _weights_are_copies = True  # repeated (x, y) pairs: solved on the distinct ones
-
     _parameter_constraints = {
         "lam": [Interval(Real, 0, 1, closed="both")],
         **KERNEL_PARAMS,

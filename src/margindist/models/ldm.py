@@ -278,8 +278,6 @@ class LDM(BaseMarginClassifier):
     }
 
 
-    _weights_are_copies = True  # repeated (x, y) pairs: solved on the distinct ones
-
     _parameter_constraints = {
         "lambda1": NON_NEGATIVE,
         "lambda2": NON_NEGATIVE,

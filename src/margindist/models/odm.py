@@ -220,7 +220,7 @@ class ODM(BaseMarginClassifier):
             )
         return checks
 
-    _weights_are_copies = True  # repeated (x, y) pairs: solved on the distinct ones
+    _weights_are_copies = True  # repeated (x, y) pairs: solved on the distinct ones (docs: Sample weights)
 
     _parameter_constraints = {
         "lam": [*POSITIVE, StrOptions({"auto"})],
