@@ -116,8 +116,8 @@ class KMOMD(BaseMarginClassifier):
         How ``kernel_approximation`` draws its landmarks (with ``random_state``): uniformly,
         or by k-means++ seeding in the input space, weighted by the sample weights.
     solver : {"auto", "dual", "primal", "lbfgs", "newton"}, default="auto"
-        "dual": the SMO with kernel rows from the row cache (any kernel); for 200 examples or
-        more and 0 < lam < 1, when 2 m pair updates leave it far from convergence, an active-set
+        "dual": the SMO with kernel rows from the row cache (any kernel); for 0 < lam < 1,
+        when 2 m pair updates leave it far from convergence, an active-set
         Newton phase (linear solves on the candidate support by preconditioned conjugate
         gradients, usually 4-10 of them) takes it to the optimum and the SMO checks the
         stopping rule. "primal": linear
@@ -152,7 +152,7 @@ class KMOMD(BaseMarginClassifier):
     warm_start : bool, default=False
         Start the SMO from the previous fit's distribution gamma (renormalised per class)
         when the data have the same shape, e.g. along a path of decreasing ``lam`` (about
-        30-50 % fewer updates there; from 200 examples on, the Newton phase starts right away
+        30-50 % fewer updates there; for 0 < lam < 1 the Newton phase starts right away
         from the previous support; ``solver="newton"`` starts from the previous weight vector).
         Only the start changes, never the optimum. Ignored by ``solver="lbfgs"`` (its L-BFGS
         start is cheap).
@@ -249,6 +249,8 @@ class KMOMD(BaseMarginClassifier):
     >>> KMOMD(lam=0.1).fit(X, y[:1000]).score(X, y[:1000]) > 0.85
     True
     """
+
+    _weights_are_copies = True  # repeated (x, y) pairs: solved on the distinct ones (docs: Sample weights)
 
     _parameter_constraints = {
         "lam": [Interval(Real, 0, 1, closed="both")],
