@@ -1,5 +1,6 @@
-"""Repeated (x, y) pairs on the exact kernel path: ODM and KM-OMD, whose sample weight k is k
-copies of a sample, solve the problem on the distinct pairs with their weights summed
+"""Repeated (x, y) pairs on the exact kernel path: ODM, KM-OMD and LDM (its block coordinate
+descent), whose sample weight k is k copies of a sample, solve the problem on the distinct
+pairs with their weights summed
 (``BaseMarginClassifier._distinct_pairs``). The models must be those of the full problem."""
 
 import logging
@@ -10,6 +11,7 @@ from sklearn.model_selection import StratifiedKFold
 
 from margindist._base import DISTINCT_MAX_FRACTION, FitData
 from margindist.models.kmomd import KMOMD
+from margindist.models.ldm import LDM
 from margindist.models.odm import ODM
 from margindist.search import cv_search
 from margindist.solvers.odm import odm_dcd_kernel
@@ -22,6 +24,7 @@ METHODS = {
     "ODM, mu = 0": lambda **kw: ODM(kernel="rbf", gamma=0.7, lam=50.0, mu=0.0, theta=0.4, tol=1e-9,
                                     random_state=0, **kw),
     "KMOMD": lambda **kw: KMOMD(kernel="rbf", gamma=0.7, lam=0.01, tol=1e-9, **kw),
+    "LDM": lambda **kw: LDM(kernel="rbf", gamma=0.7, C=2.0, tol=1e-9, random_state=0, **kw),
 }
 
 
@@ -101,7 +104,7 @@ def test_merged_only_when_pairs_repeat_and_warm_starts_stay_with_their_rows(rng,
     assert "distinct (x, y)" not in caplog.text
 
 
-@pytest.mark.parametrize("name", ["ODM", "KMOMD"])
+@pytest.mark.parametrize("name", ["ODM", "KMOMD", "LDM"])
 def test_search_shares_the_distinct_rows_set_up_without_mixing_sub_problems(rng, name):
     """A grid search over one-vs-rest sub-problems whose distinct pairs differ: the set-up made
     from one sub-problem's distinct rows must never serve another's. The fold scores of the
@@ -135,3 +138,14 @@ def test_fit_shared_keeps_set_up_with_the_rows_it_was_made_from(rng):
     assert est._fit_shared("rows", 1, make("c"), X.copy()) == "c"  # other rows: not shared, made
     assert est._fit_shared("rows", 2, make("d"), X) == "d"  # another key: made again
     assert calls == ["a", "c", "d"]
+
+
+def test_ldm_keeps_every_row_for_its_factorised_dual(rng, caplog):
+    """LDM's factorised dual (``solver="dcd"``) keeps every row: its coordinate descent can stall
+    on the summed weights; the block coordinate descent takes the distinct pairs."""
+    X, y = _repeated(rng)
+    for solver, merged in (("dcd", False), ("bcd", True)):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="margindist"):
+            METHODS["LDM"](solver=solver, verbose=1).fit(X, y)
+        assert ("distinct (x, y) pairs" in caplog.text) == merged

@@ -774,7 +774,14 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
             first, inverse, s_u = merged
             return X[first], first, inverse, s_u
 
-        return self._fit_shared("distinct pairs", (y.tobytes(), s.tobytes()), make, X)
+        merged = self._fit_shared("distinct pairs", (y.tobytes(), s.tobytes()), make, X)
+        return merged if merged is not None and self._solves_distinct(problem, merged[0]) else None
+
+    def _solves_distinct(self, problem: BinaryProblem, X_u) -> bool:
+        """Whether a ``_weights_are_copies`` method takes the sub-problem on its distinct rows
+        ``X_u``: a method refuses where its solver for those rows converges badly on the
+        summed weights."""
+        return True
 
     def _fit_distinct(self, problem: BinaryProblem, merged) -> BinaryModel:
         """``_fit_binary`` on the distinct pairs with their weights summed (the same decision

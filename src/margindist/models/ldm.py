@@ -278,6 +278,8 @@ class LDM(BaseMarginClassifier):
     }
 
 
+    _weights_are_copies = True  # repeated (x, y) pairs: solved on the distinct ones (docs: Sample weights)
+
     _parameter_constraints = {
         "lambda1": NON_NEGATIVE,
         "lambda2": NON_NEGATIVE,
@@ -397,6 +399,11 @@ class LDM(BaseMarginClassifier):
         if B:
             G += B * B
         return G
+
+    def _solves_distinct(self, problem, X_u):
+        # on the summed weights of repeated pairs the block coordinate descent converges as
+        # usual; the factorised dual's coordinate descent can stall (the method's page)
+        return self._resolve_solver(X_u, problem.kernel) == "bcd"
 
     # ------------------------------------------------------------------ fit
     def _fit_binary(self, problem):
