@@ -149,3 +149,26 @@ def test_ldm_keeps_every_row_for_its_factorised_dual(rng, caplog):
         with caplog.at_level(logging.INFO, logger="margindist"):
             METHODS["LDM"](solver=solver, verbose=1).fit(X, y)
         assert ("distinct (x, y) pairs" in caplog.text) == merged
+
+
+def test_repeated_rows_against_a_plain_row_set(rng):
+    """``repeated_rows`` against Python's set of row tuples, including rows that differ but have
+    the same projection (the quick check's collisions must fall through to the exact test) and
+    equal rows under different labels (different pairs)."""
+    from margindist.kernels import resolve_kernel
+    from margindist.solvers._repeats import repeated_rows
+
+    spec = resolve_kernel("rbf", gamma=1.0)
+    X = rng.normal(size=(40, 3))
+    c = np.cos(np.arange(4) * 2.399963229728653)  # the projection of (x, y)
+    X[1] = X[0] + 0.5 * np.array([c[1], -c[0], 0.0])  # another row with the same projection
+    y = np.where(rng.random(40) < 0.5, 1.0, -1.0)
+    y[1] = y[0]
+    assert repeated_rows(spec, X, y, np.ones(40)) is None  # all distinct
+    X2, y2 = np.r_[X, X[:6]], np.r_[y, y[:3], -y[3:6]]
+    s2 = rng.uniform(0.5, 2.0, size=46)
+    first, inverse, su = repeated_rows(spec, X2, y2, s2)
+    pairs = {tuple(r) for r in np.c_[X2, y2]}
+    assert first.size == len(pairs) == 43
+    np.testing.assert_array_equal(np.c_[X2, y2][first][inverse], np.c_[X2, y2])
+    np.testing.assert_allclose(su.sum(), s2.sum())
