@@ -172,3 +172,14 @@ def test_repeated_rows_against_a_plain_row_set(rng):
     assert first.size == len(pairs) == 43
     np.testing.assert_array_equal(np.c_[X2, y2][first][inverse], np.c_[X2, y2])
     np.testing.assert_allclose(su.sum(), s2.sum())
+
+
+def test_kmomd_keeps_every_row_at_lam_zero(rng, caplog):
+    """At lam = 0 (the distance of the class hulls) KM-OMD's optimum need not be unique (hulls
+    that overlap): it keeps every row; for lam > 0 it takes the distinct pairs."""
+    X, y = _repeated(rng)
+    for lam, merged in ((0.0, False), (0.2, True)):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="margindist"):
+            KMOMD(kernel="rbf", lam=lam, verbose=1).fit(X, y)
+        assert ("distinct (x, y) pairs" in caplog.text) == merged

@@ -326,6 +326,11 @@ class KMOMD(BaseMarginClassifier):
             return "newton" if self.lam > 0 else "primal"
         return "dual"
 
+    def _solves_distinct(self, problem, X_u):
+        # lam > 0: a strictly convex problem, one f for the rows and for their distinct pairs; at
+        # lam = 0 (the hulls' distance) overlapping hulls leave a set of optima
+        return float(self.lam) > 0.0
+
     def _fit_binary(self, problem):
         X, y, sample_weight, kernel, warm = problem.X, problem.y, problem.sample_weight, problem.kernel, problem.warm
         log = get_logger(self.verbose)
