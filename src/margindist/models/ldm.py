@@ -277,7 +277,6 @@ class LDM(BaseMarginClassifier):
         ),
     }
 
-
     _weights_are_copies = True  # repeated (x, y) pairs: solved on the distinct ones (docs: Sample weights)
 
     _parameter_constraints = {

@@ -24,7 +24,7 @@ def repeated_rows(spec, X, y, s):
         return None
     Z = np.column_stack([np.asarray(X, dtype=np.float64), y])
     # equal rows have equal projections: all projections distinct means no repeats (the usual
-    # case, found in O(nnz + m log m) instead of a sort of whole rows: 5000 x 100, 22 -> 1 ms)
+    # case, found in O(m d + m log m) instead of a sort of whole rows: 5000 x 100, 5 ms against 22)
     if np.unique(Z @ np.cos(np.arange(Z.shape[1]) * 2.399963229728653)).size == Z.shape[0]:
         return None
     _, first, inverse = np.unique(Z, axis=0, return_index=True, return_inverse=True)
