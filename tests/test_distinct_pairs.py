@@ -183,3 +183,16 @@ def test_kmomd_keeps_every_row_at_lam_zero(rng, caplog):
         with caplog.at_level(logging.INFO, logger="margindist"):
             KMOMD(kernel="rbf", lam=lam, verbose=1).fit(X, y)
         assert ("distinct (x, y) pairs" in caplog.text) == merged
+
+
+def test_odm_takes_distinct_pairs_from_fewer_repeats_than_the_others(rng, caplog):
+    """Half the rows distinct: KM-OMD and LDM take the distinct pairs (at most three quarters),
+    ODM keeps every row (at most 0.4: its DCD is slower on unequal weights)."""
+    X, y = _repeated(rng, n_distinct=75, m=150)
+    X = X[:75] + 1e-3 * rng.normal(size=(75, 3))  # 75 distinct rows, each twice
+    X, y = np.r_[X, X], np.r_[y[:75], y[:75]]
+    for name, merged in (("ODM", False), ("KMOMD", True), ("LDM", True)):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="margindist"):
+            METHODS[name](verbose=1).fit(X, y)
+        assert ("distinct (x, y) pairs" in caplog.text) == merged, name

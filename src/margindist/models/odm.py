@@ -22,6 +22,12 @@ from .._params import (
 )
 from ..solvers.odm import odm_dcd_kernel, odm_dcd_linear, odm_newton, odm_svrg
 
+#: ODM takes the distinct (x, y) pairs of a kernel sub-problem when they are at most this fraction
+#: of its rows (the base rule allows three quarters): its DCD needs more epochs on unequal
+#: weights, and on 5000 rows of magic with repeats the merged fit was slower at half distinct
+#: pairs (0.66 s against 0.53 s) and faster from 0.4 down (0.33 s against 0.54 s).
+DISTINCT_MAX_FRACTION = 0.4
+
 
 def _fit_length(a, n):
     """Warm-start vector a resized to n variables (alpha kept, beta dropped or zero-padded)."""
@@ -287,6 +293,9 @@ class ODM(BaseMarginClassifier):
         if kernel.is_linear:
             return None
         return self._kernel_source(X, kernel)
+
+    def _solves_distinct(self, problem, X_u):
+        return X_u.shape[0] <= DISTINCT_MAX_FRACTION * problem.X.shape[0]
 
     def _fit_binary(self, problem):
         X, y, sample_weight, kernel = problem.X, problem.y, problem.sample_weight, problem.kernel
