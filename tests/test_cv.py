@@ -5,7 +5,7 @@ rejected before anything is fitted."""
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from sklearn.base import clone
+from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.datasets import make_classification
 from sklearn.metrics.pairwise import rbf_kernel
 from sklearn.model_selection import GridSearchCV, StratifiedKFold
@@ -256,3 +256,53 @@ def test_grid_points_of_a_fold_share_their_kernel_set_up(cls, module, name, grid
     folds = list(StratifiedKFold(2, shuffle=True, random_state=0).split(X, y))
     cls(grid, cv=folds, refit=False, **params).fit(X, y)
     assert len(made) == len(folds)
+
+
+class _Interrupted(ClassifierMixin, BaseEstimator):
+    """An estimator whose fit is hit by Ctrl-C inside compiled code: the interpreter raises a
+    SystemError caused by the KeyboardInterrupt (what a numba dispatcher call gives)."""
+
+    def __init__(self, lam=1.0):
+        self.lam = lam
+
+    def fit(self, X, y):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise SystemError("CPUDispatcher(...) returned a result with an exception set") from exc
+
+
+def test_an_interrupt_inside_compiled_code_stops_the_search(data, folds):
+    """The wrapped interrupt ends the search (it is not a failed grid point); a real failure
+    of a grid point is still recorded and the search goes on."""
+    from margindist.search import cv_search
+
+    X, y = data
+    with pytest.raises(KeyboardInterrupt):
+        cv_search(lambda p: _Interrupted(**p), {"lam": [1.0, 2.0]}, X, y, folds, warm_start=False)
+
+    def build(p):
+        return margindist.ODM(**p)
+
+    res = cv_search(build, {"lam": [1.0, -1.0]}, X, y, folds, warm_start=False)
+    assert res.n_failed == len(folds) and res.best_params == {"lam": 1.0}
+
+
+def test_reraise_interrupt_follows_causes_and_contexts():
+    from margindist.search import reraise_interrupt
+
+    def chained(how):
+        try:
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt as ki:
+                if how == "cause":
+                    raise SystemError("wrapped") from ki
+                raise RuntimeError("while handling")  # __context__ only
+        except Exception as exc:  # noqa: BLE001
+            return exc
+
+    for how in ("cause", "context"):
+        with pytest.raises(KeyboardInterrupt):
+            reraise_interrupt(chained(how))
+    reraise_interrupt(ValueError("a plain failure"))  # nothing raised

@@ -33,6 +33,7 @@ __all__ = [
     "grid_to_dict",
     "mean_scores",
     "pow2",
+    "reraise_interrupt",
     "resolve_grid",
 ]
 
@@ -281,6 +282,21 @@ class _Fold:
         return self._block[1]
 
 
+def reraise_interrupt(exc: BaseException) -> None:
+    """Raise KeyboardInterrupt if ``exc`` comes from one.
+
+    A Ctrl-C (or SIGTERM, which the command line turns into one) that arrives while compiled
+    code is being called is raised by the interpreter as a SystemError "returned a result with
+    an exception set", caused by the KeyboardInterrupt. A handler of ``Exception`` that records
+    failures and goes on (a grid point, a task, a warm-up) would swallow it, and the run would
+    neither stop nor know that one of its results lost a grid point."""
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            raise KeyboardInterrupt from exc
+        seen = seen.__cause__ or seen.__context__
+
+
 def _walk_fold(build, grid, data, warm_start, exact_warm_start, scorer) -> _FoldOutcome:
     """Every grid point on one fold, in grid order, warm-starting along the last parameter.
 
@@ -310,6 +326,7 @@ def _walk_fold(build, grid, data, warm_start, exact_warm_start, scorer) -> _Fold
             out.n_warnings += sum(1 for w in caught if not issubclass(w.category, DeprecationWarning))
             prev = idx
         except Exception as exc:  # a diverging solver at one grid point must not end the search
+            reraise_interrupt(exc)
             out.n_failed += 1
             if len(out.errors) < 3:
                 out.errors.append(f"{params}: {type(exc).__name__}: {exc}")

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..search import cv_search, grid_points, point_params, resolve_grid
+from ..search import cv_search, grid_points, point_params, reraise_interrupt, resolve_grid
 from ..solvers.msvmav import FactorCache
 from .protocols import derive_seed, make_split
 from .records import Task, TaskRecord
@@ -79,8 +79,8 @@ def _warm_up(build, params: dict, key: tuple, X, y, on_warm_up: Callable | None 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             build(params).fit(X[idx], y[idx])
-    except Exception:  # noqa: BLE001 - the timed fits report errors
-        pass
+    except Exception as exc:  # noqa: BLE001 - the timed fits report errors
+        reraise_interrupt(exc)
     finally:
         if on_warm_up is not None:
             on_warm_up(None)
@@ -99,6 +99,7 @@ def execute_task(task: Task, on_warm_up: Callable | None = None) -> TaskRecord:
         with threadpool_limits(1):
             _run_task(task, rec, on_warm_up)
     except Exception as exc:  # noqa: BLE001 - one failing task must not stop a run
+        reraise_interrupt(exc)
         rec.status = "error"
         rec.info = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=8)[-4000:]}
     return rec.stamp()
