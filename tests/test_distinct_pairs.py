@@ -38,12 +38,10 @@ def _repeated(rng, n_distinct=12, m=150, d=3, n_classes=2):
     return X, y
 
 
-class _Unmerged:
+def _unmerged(est):
     """The estimator with the merge switched off: the full problem on every sample."""
-
-    def __init__(self, est):
-        est._weights_are_copies = False
-        self.est = est
+    est._weights_are_copies = False
+    return est
 
 
 @pytest.mark.parametrize("name", list(METHODS))
@@ -54,7 +52,7 @@ def test_distinct_pairs_give_the_full_problems_model(rng, name):
     X, y = _repeated(rng)
     s = rng.uniform(0.5, 2.0, size=y.shape[0])
     merged = METHODS[name]().fit(X, y, sample_weight=s)
-    full = _Unmerged(METHODS[name]()).est.fit(X, y, sample_weight=s)
+    full = _unmerged(METHODS[name]()).fit(X, y, sample_weight=s)
     f_full = full.decision_function(X)
     np.testing.assert_allclose(merged.decision_function(X), f_full, atol=2e-6 * np.abs(f_full).max())
     coef = np.zeros(y.shape[0])
@@ -95,13 +93,15 @@ def test_merged_only_when_pairs_repeat_and_warm_starts_stay_with_their_rows(rng,
     assert "distinct (x, y)" not in caplog.text and est.n_iter_ > 1
     np.testing.assert_allclose(est.decision_function(X2), METHODS["ODM"]().fit(X2, y).decision_function(X2),
                                atol=1e-6)
-    # a few repeats only: the full problem
-    n_keep = int(DISTINCT_MAX_FRACTION * X2.shape[0]) + 5
-    X3 = np.r_[X2[:n_keep], X2[: X2.shape[0] - n_keep]]
-    caplog.clear()
-    with caplog.at_level(logging.INFO, logger="margindist"):
-        METHODS["ODM"](verbose=1).fit(X3, y)
-    assert "distinct (x, y)" not in caplog.text
+    # the base rule (KM-OMD's): just over DISTINCT_MAX_FRACTION distinct keeps every row, just
+    # under it merges
+    edge = int(DISTINCT_MAX_FRACTION * 150)
+    for n_keep, merged in ((edge + 5, False), (edge - 5, True)):
+        X3, y3 = np.r_[X2[:n_keep], X2[: 150 - n_keep]], np.r_[y[:n_keep], y[: 150 - n_keep]]
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="margindist"):
+            METHODS["KMOMD"](verbose=1).fit(X3, y3)
+        assert ("distinct (x, y)" in caplog.text) == merged
 
 
 @pytest.mark.parametrize("name", ["ODM", "KMOMD", "LDM"])
@@ -137,7 +137,15 @@ def test_fit_shared_keeps_set_up_with_the_rows_it_was_made_from(rng):
     assert est._fit_shared("rows", 1, make("b"), X) == "a"  # the same rows and key: reused
     assert est._fit_shared("rows", 1, make("c"), X.copy()) == "c"  # other rows: not shared, made
     assert est._fit_shared("rows", 2, make("d"), X) == "d"  # another key: made again
-    assert calls == ["a", "c", "d"]
+    # the distinct rows of two sub-problems, one after the other, under the same kind and key
+    Xa, Xb = X[:6].copy(), X[4:].copy()
+    shared = est._shared_data.shared
+    shared["distinct pairs"] = ((), (Xa, None, None, None), X)
+    assert est._fit_shared("rows", 2, make("e"), Xa) == "e"
+    assert est._fit_shared("rows", 2, make("f"), Xa) == "e"  # shared between grid points
+    shared["distinct pairs"] = ((), (Xb, None, None, None), X)
+    assert est._fit_shared("rows", 2, make("g"), Xb) == "g"  # never Xa's set-up
+    assert calls == ["a", "c", "d", "e", "g"]
 
 
 def test_ldm_keeps_every_row_for_its_factorised_dual(rng, caplog):
@@ -164,6 +172,8 @@ def test_repeated_rows_against_a_plain_row_set(rng):
     X[1] = X[0] + 0.5 * np.array([c[1], -c[0], 0.0])  # another row with the same projection
     y = np.where(rng.random(40) < 0.5, 1.0, -1.0)
     y[1] = y[0]
+    proj = np.c_[X, y] @ c
+    assert proj[0] == proj[1] and len(np.unique(proj)) == 39  # the quick check cannot tell them apart
     assert repeated_rows(spec, X, y, np.ones(40)) is None  # all distinct
     X2, y2 = np.r_[X, X[:6]], np.r_[y, y[:3], -y[3:6]]
     s2 = rng.uniform(0.5, 2.0, size=46)

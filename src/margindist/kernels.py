@@ -800,6 +800,7 @@ def _full_list(m):
     idx = np.arange(m, dtype=np.int64)
     return np.stack([idx - 1, np.where(idx + 1 < m, idx + 1, -1)])
 
+
 RowCacheState = namedtuple("RowCacheState", ["slots", "slot_of", "row_of", "links", "counters", "kind", "params", "X",
                                              "rows", "sq_norms", "scratch", "work", "X32", "work32"])
 

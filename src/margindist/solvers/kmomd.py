@@ -77,9 +77,9 @@ from ..kernels import (
     kernel_decision,
 )
 from ._gram import sym_rows
-from .dcd import _flush
 from ._result import SolverResult
 from ._rows import make_rows, row_axpy, row_dot, row_sq_norms, rows_dot
+from .dcd import _flush
 
 __all__ = [
     "KMOMDResult",
@@ -575,12 +575,11 @@ def _result(gamma, s, y, w, lam, it, viol, status, history, perm=None, coef=None
                        coef=coef)
 
 
-#: ``newton="auto"`` runs the active-set Newton phase for problems with at least this many
-#: examples (any problem: a small one whose SMO creeps, e.g. under very unequal sample weights,
-#: is solved in a few direct iterations; titanic's 150 training rows at lam = 0.001: the SMO
-#: alone took 51 007 pair updates in 56 ms, 302 and the phase take 2.5 ms)...
-_NEWTON_MIN_M = 2
-#: ... when the SMO's violation after 2 m updates is still above this many times the stopping threshold.
+#: ``newton="auto"`` runs the active-set Newton phase (for a problem of any size: a small one whose
+#: SMO creeps, e.g. under very unequal sample weights, is solved in a few direct iterations;
+#: titanic's 150 training rows at lam = 0.001: the SMO alone took 51 007 pair updates in 56 ms,
+#: 302 and the phase take 2.5 ms) when the SMO's violation after 2 m updates is still above
+#: this many times the stopping threshold...
 _NEWTON_GAP = 10.0
 #: ... after this many pair updates per example without convergence.
 _NEWTON_AFTER = 2
@@ -895,7 +894,7 @@ def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-
         raise ValueError(f"cached_pair must lie in [0, 1); got {cached_pair!r}.")
     smo = _SMORun(True, cache.state, np.ascontiguousarray(cache.diag, dtype=np.float64), make_rows(np.zeros((0, 0))),
                   np.zeros(0), y, w, lam, gamma, G, tol=tol, history_every=history_every, cached_pair=cached_pair)
-    use_newton = newton is True or (newton == "auto" and m >= _NEWTON_MIN_M and 0.0 < lam < 1.0)
+    use_newton = newton is True or (newton == "auto" and 0.0 < lam < 1.0)
     n_newton = n_cg = 0
     if use_newton and lam > 0.0:
         # a warm start already has (about) the support: the Newton phase may start right away
