@@ -19,6 +19,7 @@ from margindist._defaults import (
     typical_curvature,
 )
 from margindist.datasets import list_datasets, load_dataset
+from margindist.exceptions import DegenerateModelWarning
 from margindist.experiments.presets import get_preset, list_presets
 from margindist.experiments.registry import get_method
 from margindist.kernels import kernel_matrix, resolve_kernel
@@ -168,9 +169,15 @@ def test_m3svm_auto_lam_rule():
     X = rng.random((90, 6))
     s = rng.uniform(0.5, 2.0, 90)
     mean_sq = s @ np.sum(X**2, axis=1) / s.sum()
+    mu = s @ X / s.sum()
+    spread = s @ np.sum((X - mu) ** 2, axis=1) / s.sum()  # the trace of the weighted covariance
+    assert spread < 0.5 * mean_sq
     for p, K in ((4, 2), (2, 3), (6, 7)):
-        assert m3svm_lam("auto", X, s, p, K) == pytest.approx(0.02 * mean_sq ** (p / 2) / s.sum() * 2 / K)
+        assert m3svm_lam("auto", X, s, p, K) == pytest.approx(0.02 * spread ** (p / 2) / s.sum() * 2 / K)
+        assert m3svm_lam("auto", X, s, p, K, fit_intercept=False) == pytest.approx(
+            0.02 * mean_sq ** (p / 2) / s.sum() * 2 / K)
     assert m3svm_lam("auto", sp.csr_matrix(X), s, 4, 3) == pytest.approx(m3svm_lam("auto", X, s, 4, 3))
+    assert m3svm_lam("auto", X + 100.0, s, 4, 3) == pytest.approx(m3svm_lam("auto", X, s, 4, 3), rel=1e-6)
     assert m3svm_lam(0.3, X, s, 4, 3) == 0.3
     assert m3svm_lam("auto", X, s, 4, 3, "softmax") == 1e-4  # ISM3 keeps the fixed value
 
@@ -181,10 +188,31 @@ def test_m3svm_auto_lam_makes_the_model_independent_of_the_feature_units():
     y3 = np.digitize(X[:, 0] + X[:, 1], [0.8, 1.2])  # three classes
     a = M3SVM(tol=1e-10).fit(X, y3)
     b = M3SVM(tol=1e-10).fit(10 * X, y3)
-    np.testing.assert_allclose(b.coef_, a.coef_ / 10, rtol=1e-5, atol=1e-8)
+    # equal up to the eps ridge on W, which is not scaled with the data
+    np.testing.assert_allclose(b.coef_, a.coef_ / 10, rtol=1e-4, atol=1e-8)
     np.testing.assert_array_equal(a.predict(Xt), b.predict(10 * Xt))
     fixed = M3SVM(lam=1e-4, tol=1e-10)
     assert not np.allclose(fixed.fit(10 * X, y3).coef_, fixed.fit(X, y3).coef_ / 10, rtol=1e-3)
+
+
+def test_m3svm_auto_lam_makes_the_model_independent_of_where_the_data_sit():
+    """X -> X + c: the intercepts take the shift up (b - W c), and lam="auto" is measured around
+    the mean, so the same weights and predictions (rows at 1000 + data: a one-class model with
+    the mean square, whose lam grew by about 1000^4)."""
+    X, y, Xt, yt = _dense(300, d=6)
+    y3 = np.digitize(X[:, 0] + X[:, 1], [0.8, 1.2])  # three classes
+    shift = np.array([1000.0, -50.0, 3.0, 0.0, 7.0, 200.0])
+    for labels in (y, y3):
+        a = M3SVM(tol=1e-10).fit(X, labels)
+        b = M3SVM(tol=1e-10).fit(X + shift, labels)
+        np.testing.assert_allclose(b.coef_, a.coef_, rtol=1e-4, atol=1e-7 * np.abs(a.coef_).max())
+        np.testing.assert_array_equal(a.predict(Xt), b.predict(Xt + shift))
+    acc = M3SVM().fit(X + shift, y).score(Xt + shift, yt)
+    peer = LinearSVC().fit(X, y).score(Xt, yt)
+    assert acc >= peer - 0.02, (acc, peer)
+    mean_square = m3svm_lam("auto", X + shift, np.ones(len(y)), 4, 2, fit_intercept=False)
+    with pytest.warns(DegenerateModelWarning):  # the rule before: lam from the mean square
+        M3SVM(lam=mean_square).fit(X + shift, y)
 
 
 def test_m3svm_default_close_to_linearsvc_on_sparse_normalised_rows(sparse_rows):

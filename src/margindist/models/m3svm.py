@@ -16,6 +16,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._base import BaseMarginClassifier, get_logger
 from .._defaults import m3svm_lam
 from .._params import CLASS_WEIGHT, NON_NEGATIVE, POSITIVE, RANDOM_STATE, VERBOSE
+from ..solvers._rows import row_sq_norms
 from ..solvers.m3svm import (
     m3svm_adam,
     m3svm_lbfgs,
@@ -81,9 +82,11 @@ class M3SVM(BaseMarginClassifier):
     lam : float or "auto", default="auto"
         The lambda of Eq. 25, the weight of the pairwise-margin regulariser against the data term,
         which is a *sum* over the samples (so the same lam regularises less as n grows).
-        ``"auto"``: 0.02 (mean ||x||^2)^(p / 2) / n * 2 / K (weighted), which makes the problem
-        the same in any feature units (X -> c X gives weights W / c, and ||w_k - w_l||^p scales
-        by c^-p) and weighs each class pair against a unit of loss per sample (see
+        ``"auto"``: 0.02 v^(p / 2) / n * 2 / K (weighted), v = mean ||x - x_bar||^2 the spread
+        of the rows around their mean (mean ||x||^2 with ``fit_intercept=False``), which makes
+        the problem the same in any feature units (X -> c X gives weights W / c, and
+        ||w_k - w_l||^p scales by c^-p) and wherever the data sit (a shift of the rows is
+        taken up by the intercepts), and weighs each class pair against a unit of loss per sample (see
         :func:`margindist._defaults.m3svm_lam`); 1e-4 for ``loss="softmax"`` (ISM3, whose
         cross-entropy the rule served worse). The fixed 1e-4 it replaces let the regulariser
         dominate on L2-normalised sparse rows (.803 against .829 on 200k x 50k tf-idf-like
@@ -113,6 +116,12 @@ class M3SVM(BaseMarginClassifier):
     eps : float, default=1e-6
         The epsilon of Eq. 25, the ridge that makes the solution unique (it forces W^T 1 = 0 and
         b^T 1 = 0: data term and regulariser only see class differences). The paper fixes 1e-6.
+        With ``fit_intercept`` and dense X whose mean lies farther from the origin than the
+        rows' spread around it, the rows are centred for the solve (not by ``solver="adam"``),
+        so that the ridge acts on the intercepts at the mean of the rows: it pulls on
+        intercepts of the data's own size however far the data sit from the origin (from the
+        origin it pulled on intercepts of size W x_bar: rows at 1e4 + N(0, 1) lost 4 points,
+        and Newton's systems were ill-conditioned from an offset of 100).
     loss : {"smooth_hinge", "softmax"}, default="smooth_hinge"
         "smooth_hinge": M3SVM; "softmax": ISM3 (cross-entropy on the class scores).
     solver : {"auto", "newton", "lbfgs", "lbfgs-scores", "adam"}, default="auto"
@@ -180,7 +189,8 @@ class M3SVM(BaseMarginClassifier):
     n_iter_ : int
         Newton or L-BFGS iterations, or Adam epochs.
     objective_ : float
-        The final value of the objective of Eq. 25 (with the sample weights).
+        The final value of the objective of Eq. 25 (with the sample weights; of the centred
+        problem where the rows were centred: see ``eps``).
     problems_ : list of tuple
         ``[(None, 0), ..., (None, n_classes - 1)]``: one entry per class k, whose row of
         ``coef_`` scores class k against the rest (the same layout as one-vs-rest).
@@ -266,19 +276,6 @@ class M3SVM(BaseMarginClassifier):
         self.verbose = verbose
         self.warm_start = warm_start
 
-    @property
-    def _expected_failed_checks(self):
-        if self.solver == "adam":
-            return {}
-        return {"check_sample_weight_equivalence_on_dense_data": (
-            "The check's data are wide (15 x 30): the weighted fit runs in the row space of its "
-            "rows of nonzero weight, the duplicated data (about 30 rows) in all 30 dimensions. "
-            "Both have the same optimum, but the gradient tolerance is on the largest entry, which "
-            "depends on the coordinates, so the two stop at different points of the flat valley of "
-            "this nearly unregularised problem (at the default lam). tests/test_m3svm.py checks weights "
-            "against copies at a tight tol."
-        )}
-
     def _init_point(self, K, d):
         if not self.warm_start or not hasattr(self, "coef_"):
             return None, None
@@ -307,14 +304,19 @@ class M3SVM(BaseMarginClassifier):
         log = get_logger(self.verbose)
         K, d = self.classes_.size, X.shape[1]
         coef0, b0 = self._init_point(K, d)
-        lam = m3svm_lam(self.lam, X, sample_weight, self.p, K, self.loss)
+        lam = m3svm_lam(self.lam, X, sample_weight, self.p, K, self.loss, self.fit_intercept)
         # two classes, Newton-CG: continuation in delta where the regulariser is weak
         weak = K == 2 and self.loss != "softmax" and (self.lam == "auto" or lam <= CONTINUATION_MAX_LAM * m3svm_lam(
-            "auto", X, sample_weight, self.p, K, self.loss))
+            "auto", X, sample_weight, self.p, K, self.loss, self.fit_intercept))
         kw = dict(lam=lam, p=float(self.p), delta=float(self.delta), eps=float(self.eps),
                   loss=self.loss, fit_intercept=self.fit_intercept, max_iter=self.max_iter,
                   tol=float(self.tol), coef_init=coef0, intercept_init=b0, log=log)
         solver = self._resolve_solver(X, K)
+        # Adam keeps X as given (its per-coordinate steps follow the coordinates, and it is the
+        # paper's procedure); the deterministic solvers centre dense rows
+        Xc, centre = (X, None) if solver == "adam" else self._centred(X, sample_weight)
+        if centre is not None and b0 is not None:
+            kw["intercept_init"] = b0 + coef0 @ centre
         if solver == "adam":
             W, b, n_iter, obj, converged = self._fit_adam(X, y_index, sample_weight, K, kw)
             remedy = ("Adam with a constant step does not settle at the optimum; use "
@@ -322,8 +324,8 @@ class M3SVM(BaseMarginClassifier):
                       if self.lr_schedule == "constant"
                       else "Increase max_iter (or learning_rate), or use solver='lbfgs'.")
         else:
-            space = self._row_space(X, K, log)
-            X_fit = X if space is None else space.Xr
+            space = self._row_space(X, Xc, K, log)
+            X_fit = Xc if space is None else space.Xr
             if space is not None:
                 kw["coef_init"] = space.to_space(coef0)
             W, b, n_iter, obj, converged = self._fit_deterministic(solver, X_fit, y_index, sample_weight, K, kw, weak)
@@ -337,15 +339,42 @@ class M3SVM(BaseMarginClassifier):
                 stacklevel=3,
             )
         self.objective_ = float(obj)
+        if centre is not None:
+            b = b - W @ centre
         coef = W.astype(np.float32) if X.dtype == np.float32 else W
         return coef, b, n_iter, {}
 
-    def _row_space(self, X, n_classes, log):
-        """The row space of wide dense X to solve in (:class:`~margindist.solvers.m3svm.RowSpace`:
-        the same minimiser, cheaper products), made once per fold of a grid search; or None."""
-        if not row_space_pays(X, n_classes, shared=self._shares_set_up(X)):
+    def _centred(self, X, sample_weight):
+        """(rows to solve on, their centre or None).
+
+        Dense rows with an intercept whose weighted mean x_bar lies farther from the origin than
+        their spread (||x_bar||^2 > v, v the mean of ||x - x_bar||^2) are solved around x_bar
+        (the intercepts b' there give b = b' - W x_bar): the eps ridge then pulls on intercepts
+        of the data's own size rather than of size W x_bar, so the model does not depend on how
+        far the data sit from the origin, and the Newton systems do not couple the intercept to
+        a large offset (their condition grows with ||x_bar||^2 / v). Nearer the origin, and for
+        sparse rows (centring would fill them in), the rows are solved as given: the two
+        problems differ only by the eps ridge on W x_bar there, and dense and CSR input keep
+        the same model. The centred copy is made once per fold of a grid search."""
+        if not self.fit_intercept or sp.issparse(X):
+            return X, None
+        s = np.asarray(sample_weight, dtype=np.float64)
+        S = s.sum()
+        centre = s @ X / S
+        offset = float(centre @ centre)
+        if offset <= float(s @ row_sq_norms(X)) / S - offset:
+            return X, None
+        centre = centre.astype(X.dtype)
+        Xc = self._fit_shared("centred rows", centre.tobytes(), lambda: X - centre, X)
+        return Xc, centre.astype(np.float64)
+
+    def _row_space(self, X, Xc, n_classes, log):
+        """The row space of wide dense rows ``Xc`` (X centred, or X) to solve in
+        (:class:`~margindist.solvers.m3svm.RowSpace`: the same minimiser, cheaper products), made
+        once per fold of a grid search; or None."""
+        if not row_space_pays(Xc, n_classes, shared=self._shares_set_up(X)):
             return None
-        space = self._fit_shared("row space", None, lambda: row_space(X), X)
+        space = self._fit_shared("row space", None, lambda: row_space(Xc), X)
         log.info("M3SVM: solving in the row space of X (%d of %d dimensions)", space.Q.shape[1], X.shape[1])
         return space
 
