@@ -167,19 +167,37 @@ def test_msvmav_default_reaches_linearsvc_on_sparse_normalised_rows(sparse_rows)
 def test_m3svm_auto_lam_rule():
     rng = np.random.default_rng(3)
     X = rng.random((90, 6))
+    X[:, 4] = 2.0  # a constant column: no spread, left out of the median
     s = rng.uniform(0.5, 2.0, 90)
-    mean_sq = s @ np.sum(X**2, axis=1) / s.sum()
-    mu = s @ X / s.sum()
-    spread = s @ np.sum((X - mu) ** 2, axis=1) / s.sum()  # the trace of the weighted covariance
-    assert spread < 0.5 * mean_sq
+    S = s.sum()
+    spreads = np.array([s @ (X[:, j] - s @ X[:, j] / S) ** 2 / S for j in range(6)])
+    typical = 5 * np.median(np.delete(spreads, 4))
+    squares = np.array([s @ X[:, j] ** 2 / S for j in range(6)])  # without an intercept: around 0
     for p, K in ((4, 2), (2, 3), (6, 7)):
-        assert m3svm_lam("auto", X, s, p, K) == pytest.approx(0.02 * spread ** (p / 2) / s.sum() * 2 / K)
+        assert m3svm_lam("auto", X, s, p, K) == pytest.approx(0.02 * typical ** (p / 2) / S * 2 / K)
         assert m3svm_lam("auto", X, s, p, K, fit_intercept=False) == pytest.approx(
-            0.02 * mean_sq ** (p / 2) / s.sum() * 2 / K)
+            0.02 * (6 * np.median(squares)) ** (p / 2) / S * 2 / K)
     assert m3svm_lam("auto", sp.csr_matrix(X), s, 4, 3) == pytest.approx(m3svm_lam("auto", X, s, 4, 3))
     assert m3svm_lam("auto", X + 100.0, s, 4, 3) == pytest.approx(m3svm_lam("auto", X, s, 4, 3), rel=1e-6)
+    wide = X.copy()
+    wide[:, 0] *= 1e4  # one feature on a far larger scale moves the median to a neighbour at most
+    assert m3svm_lam("auto", wide, s, 4, 3) / m3svm_lam("auto", X, s, 4, 3) < 10
     assert m3svm_lam(0.3, X, s, 4, 3) == 0.3
     assert m3svm_lam("auto", X, s, 4, 3, "softmax") == 1e-4  # ISM3 keeps the fixed value
+
+
+def test_m3svm_auto_lam_serves_features_on_different_scales():
+    """Raw features on scales 0.1 to 1000 (a few large ones): the total spread, dominated by the
+    large features, regularised the weights the small ones need far too strongly (a one-class
+    model here; LinearSVC .82, M3SVM .895, .905 on the same features in one unit)."""
+    X, y, Xt, yt = _dense(400, d=8)
+    units = np.array([1e3, 1e2, 10.0, 1.0, 1.0, 1.0, 1.0, 0.1])
+    acc = M3SVM().fit(X * units, y).score(Xt * units, yt)
+    scaled = M3SVM().fit(X, y).score(Xt, yt)
+    spread = np.sum(np.var(X * units, axis=0))  # the total spread instead of the typical one
+    total = M3SVM(lam=0.02 * spread**2 / len(y)).fit(X * units, y).score(Xt * units, yt)
+    assert acc >= scaled - 0.03, (acc, scaled)
+    assert total < scaled - 0.1, (total, scaled)
 
 
 def test_m3svm_auto_lam_makes_the_model_independent_of_the_feature_units():

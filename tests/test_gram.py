@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from margindist.solvers._gram import sym_dot, weighted_gram, x_dot, xt_dot
+from margindist.solvers._gram import column_spreads, sym_dot, weighted_gram, x_dot, xt_dot
 
 
 def _data(dtype, sparse, seed=0):
@@ -35,6 +35,9 @@ def test_products_equal_float64_numpy(dtype, sparse, max_bytes):
     np.testing.assert_allclose(Gc, Xc.T @ (Xc * s[:, None]), rtol=1e-9, atol=1e-9 * np.abs(G).max())
     for out in (G, Gc):
         assert out.dtype == np.float64 and out.shape == (7, 7)
+    # the diagonal alone, without the d x d product
+    np.testing.assert_allclose(column_spreads(X, s, max_bytes=max_bytes), np.diag(G), rtol=1e-12)
+    np.testing.assert_allclose(column_spreads(X, s, c, max_bytes=max_bytes), (s @ Xc**2), rtol=1e-9)
 
 
 def test_centring_leaves_float64_input_unchanged():

@@ -82,11 +82,13 @@ class M3SVM(BaseMarginClassifier):
     lam : float or "auto", default="auto"
         The lambda of Eq. 25, the weight of the pairwise-margin regulariser against the data term,
         which is a *sum* over the samples (so the same lam regularises less as n grows).
-        ``"auto"``: 0.02 v^(p / 2) / n * 2 / K (weighted), v = mean ||x - x_bar||^2 the spread
-        of the rows around their mean (mean ||x||^2 with ``fit_intercept=False``), which makes
-        the problem the same in any feature units (X -> c X gives weights W / c, and
-        ||w_k - w_l||^p scales by c^-p) and wherever the data sit (a shift of the rows is
-        taken up by the intercepts), and weighs each class pair against a unit of loss per sample (see
+        ``"auto"``: 0.02 v^(p / 2) / n * 2 / K (weighted), v = d' times the median spread of a
+        feature around its mean (its mean square with ``fit_intercept=False``; d' features
+        vary), which makes the problem the same in any feature units (X -> c X gives weights
+        W / c, and ||w_k - w_l||^p scales by c^-p) and wherever the data sit (a shift of the
+        rows is taken up by the intercepts), serves raw features on different scales (the
+        median follows the many, not the few largest), and weighs each class pair against a
+        unit of loss per sample (see
         :func:`margindist._defaults.m3svm_lam`); 1e-4 for ``loss="softmax"`` (ISM3, whose
         cross-entropy the rule served worse). The fixed 1e-4 it replaces let the regulariser
         dominate on L2-normalised sparse rows (.803 against .829 on 200k x 50k tf-idf-like
@@ -348,11 +350,11 @@ class M3SVM(BaseMarginClassifier):
         """(rows to solve on, their centre or None).
 
         Dense rows with an intercept whose weighted mean x_bar lies farther from the origin than
-        their spread (||x_bar||^2 > v, v the mean of ||x - x_bar||^2) are solved around x_bar
+        their spread (||x_bar||^2 above the mean of ||x - x_bar||^2) are solved around x_bar
         (the intercepts b' there give b = b' - W x_bar): the eps ridge then pulls on intercepts
         of the data's own size rather than of size W x_bar, so the model does not depend on how
         far the data sit from the origin, and the Newton systems do not couple the intercept to
-        a large offset (their condition grows with ||x_bar||^2 / v). Nearer the origin, and for
+        a large offset (their condition grows with that ratio). Nearer the origin, and for
         sparse rows (centring would fill them in), the rows are solved as given: the two
         problems differ only by the eps ridge on W x_bar there, and dense and CSR input keep
         the same model. The centred copy is made once per fold of a grid search."""
