@@ -25,7 +25,9 @@ from ..solvers.odm import odm_dcd_kernel, odm_dcd_linear, odm_newton, odm_svrg
 #: ODM takes the distinct (x, y) pairs of a kernel sub-problem when they are at most this fraction
 #: of its rows (the base rule allows three quarters): its DCD needs more epochs on unequal
 #: weights, and on 5000 rows of magic with repeats the merged fit was slower at half distinct
-#: pairs (0.66 s against 0.53 s) and faster from 0.4 down (0.33 s against 0.54 s).
+#: pairs (0.66 s against 0.53 s) and faster from 0.4 down (0.33 s against 0.54 s). The epochs
+#: follow the weakest diagonal term D_k = 1 / (2 c_k), c_k proportional to the weight: a
+#: merged pair of weight k has D / k where its k copies each keep D (docs/methods/odm.md).
 DISTINCT_MAX_FRACTION = 0.4
 
 
