@@ -25,8 +25,15 @@ against ``LinearSVC(C=(1 - lam) / lam)`` (LIBLINEAR).
 ``--repeats``, wall-clock and CPU time, test accuracy, and the new solver's time on the first half of
 the rows (time(n) / time(n/2)); written to ``benchmarks/results/bench_kmomd_linear.md``.
 
+``--wide`` times ``KMOMD(kernel="linear")`` at its defaults on problems with at most as many
+rows as features, where ``solver="auto"`` runs the SMO on kernel rows (``solver="dual"``), against
+the Newton solver it ran before and ``LinearSVC()``: cornell's raw word counts (CSR, 7 classes
+one-vs-one, a 70/30 split), dense uniform features (n x n and n x 4n, a linear rule with noise)
+and tf-idf rows of a Zipf vocabulary (CSR); medians of ``--repeats`` fits, printed only.
+
     python benchmarks/bench_kmomd.py [--quick] [--m 5000] [--repeats 3] [--lams 0.1 0.5]
     python benchmarks/bench_kmomd.py --linear-only --rows dense sparse --lams 0.1 0.01
+    python benchmarks/bench_kmomd.py --wide [--wide-sizes 500 1000] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -247,6 +254,64 @@ def write_linear(rows, args):
     print(f"wrote {RESULTS_LINEAR}")
 
 
+def _wide_dense(n, d, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.random((2 * n, d))
+    f = (X - 0.5) @ rng.normal(size=d)
+    y = (f + 0.3 * f.std() * rng.normal(size=2 * n) > 0).astype(int)
+    return X[:n], y[:n], X[n:], y[n:]
+
+
+def _wide_tfidf(n, d, seed=0):
+    """tf-idf rows (60 words a row on average) of a Zipf vocabulary of d words, CSR."""
+    import scipy.sparse as sp
+    from sklearn.feature_extraction.text import TfidfTransformer
+
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, d + 1)
+    counts = rng.poisson(60, 2 * n)
+    rows = np.repeat(np.arange(2 * n), counts)
+    C = sp.csr_matrix((np.ones(rows.size), (rows, rng.choice(d, size=rows.size, p=p / p.sum()))), shape=(2 * n, d))
+    C.sum_duplicates()
+    X = TfidfTransformer().fit_transform(C).tocsr()
+    f = X @ (rng.normal(size=d) * (rng.random(d) < 0.05))
+    y = (f - np.median(f) + 0.3 * f.std() * rng.normal(size=2 * n) > 0).astype(int)
+    return X[:n], y[:n], X[n:], y[n:]
+
+
+def _cornell():
+    import scipy.sparse as sp
+    from sklearn.model_selection import train_test_split
+
+    X, y = load_dataset("cornell")
+    X, Xt, y, yt = train_test_split(sp.csr_matrix(X), y, test_size=0.3, random_state=0)
+    return X, y, Xt, yt
+
+
+def run_wide(sizes, repeats):
+    """KMOMD(kernel="linear") with solver "auto" (the SMO here) and "newton" against LinearSVC()."""
+    cases = [("cornell (CSR, 7 classes)", _cornell)]
+    for n in sizes:
+        cases += [(f"dense {n} x {n}", lambda n=n: _wide_dense(n, n)), (f"dense {n} x {4 * n}", lambda n=n: _wide_dense(n, 4 * n)),
+                  (f"tf-idf {n} x 20000 (CSR)", lambda n=n: _wide_tfidf(n, 20000))]
+    KMOMD(kernel="linear").fit(*_wide_dense(50, 60)[:2])  # compile (or load) the numba code
+    KMOMD(kernel="linear", solver="newton").fit(*_wide_dense(50, 60)[:2])
+    for name, make in cases:
+        X, y, Xt, yt = make()
+        line = [f"{name:28s}"]
+        base = None
+        for label, est in (("auto", lambda: KMOMD(kernel="linear")),
+                           ("newton", lambda: KMOMD(kernel="linear", solver="newton")), ("LinearSVC", LinearSVC)):
+            times = []
+            for _ in range(repeats):
+                t, _, fitted = _timed(est, X, y)
+                times.append(t)
+            t = float(np.median(times))
+            base = t if base is None else base
+            line.append(f"{label} {t:7.3f}s acc {fitted.score(Xt, yt):.4f}" + ("" if label == "auto" else f" ({t / base:5.1f}x auto)"))
+        print(" | ".join(line), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="seconds-scale smoke run (m=500, 1 repeat, banana)")
@@ -259,7 +324,14 @@ def main():
     ap.add_argument("--linear-only", action="store_true",
                     help="only the linear kernel on the bench_defaults rows against LinearSVC()")
     ap.add_argument("--rows", nargs="+", default=["dense", "sparse"], help="bench_defaults rows for --linear-only")
+    ap.add_argument("--wide", action="store_true", help="only the linear kernel on problems with m <= d (printed)")
+    ap.add_argument("--wide-sizes", type=int, nargs="+", default=[500, 1000], help="n of the --wide problems")
     args = ap.parse_args()
+    if args.wide:
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        with threadpool_limits(limits=1):
+            run_wide([100] if args.quick else args.wide_sizes, 1 if args.quick else args.repeats)
+        return
     if args.linear_only:
         warnings.simplefilter("ignore", ConvergenceWarning)
         with threadpool_limits(limits=1):

@@ -899,3 +899,30 @@ def test_block_product_reads_the_lower_triangle_only(dtype, n, k):
     out = np.empty_like(V)
     sym_rows(Kb, V, out)
     np.testing.assert_allclose(out, V @ K.astype(np.float64), rtol=1e-12, atol=1e-12)
+
+
+def test_auto_takes_the_smo_on_linear_problems_with_no_more_rows_than_features():
+    """m <= d rows are separable: "auto" runs the SMO on kernel rows there (for CSR X while its
+    kernel rows cost at most DUAL_MAX_SPARSE_WORK), the Newton solver in the weight vector
+    elsewhere; both reach the same optimum."""
+    from margindist.models.kmomd import DUAL_MAX_SPARSE_WORK
+
+    rng = np.random.default_rng(5)
+
+    def solver(X, **kw):
+        est = KMOMD(kernel="linear", **kw)
+        return est._resolve_solver(X, est._kernel_spec(X))
+
+    wide, tall = rng.random((40, 80)), rng.random((200, 10))
+    assert solver(wide) == "dual" and solver(tall) == "newton"
+    assert solver(wide, lam=1.0) == "newton" and solver(wide, lam=0.0) == "primal"
+    per_row = int(1.1 * DUAL_MAX_SPARSE_WORK / 2000**2) + 1  # 2000 kernel rows above the budget
+    many = sp.csr_matrix((rng.random(2000 * per_row), rng.integers(0, 100_000, 2000 * per_row),
+                          np.arange(0, 2000 * per_row + 1, per_row)), shape=(2000, 100_000))
+    assert solver(sp.csr_matrix(wide)) == "dual" and solver(many) == "newton"
+    y = (wide[:, :5].sum(axis=1) > 2.5).astype(int)
+    auto = KMOMD(kernel="linear", tol=1e-10).fit(wide, y)
+    newton = KMOMD(kernel="linear", solver="newton", tol=1e-10).fit(wide, y)
+    np.testing.assert_allclose(auto.objective_, newton.objective_, rtol=1e-8)
+    D = newton.decision_function(wide)
+    np.testing.assert_allclose(auto.decision_function(wide), D, atol=1e-6 * np.abs(D).max())
