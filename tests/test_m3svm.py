@@ -754,3 +754,30 @@ def test_row_space_made_once_per_fold_of_a_search(wide, monkeypatch):
     ref = GridSearchCV(M3SVM(), grid, cv=folds, refit=False).fit(X, y)
     assert ours.best_params_ == ref.best_params_
     np.testing.assert_allclose(ours.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], atol=1e-9)
+
+
+
+def test_search_over_weights_on_off_centre_rows(wide, monkeypatch):
+    """Off-centre rows are centred around their weighted mean, which moves with the class
+    weights: the centred rows and their row space are made for each centre (once per fold for a
+    grid that leaves the weights alone), so a search over class_weight gives the models of
+    separate fits (scored here by their decision values)."""
+    from sklearn.model_selection import GridSearchCV, StratifiedKFold
+
+    from margindist import M3SVMCV
+
+    X, y = wide
+    X = X + 5.0
+    y = np.where(y == 2, 1, y)  # unequal classes: 'balanced' moves the weighted mean
+
+    def decisions(est, Xv, yv):
+        return float(np.sum(np.abs(est.decision_function(Xv))))
+
+    folds = list(StratifiedKFold(3, shuffle=True, random_state=0).split(X, y))
+    grid = {"class_weight": [None, "balanced"], "lam": [1e-2]}
+    ours = M3SVMCV(grid, cv=folds, refit=False, scoring=decisions).fit(X, y)
+    ref = GridSearchCV(M3SVM(), grid, cv=folds, refit=False, scoring=decisions).fit(X, y)
+    np.testing.assert_allclose(ours.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-6)
+    calls = _spy_row_space(monkeypatch)
+    M3SVMCV({"lam": [1e-3, 1e-2, 1e-1]}, cv=folds, refit=False).fit(X, y)
+    assert len(calls) == len(folds)

@@ -326,7 +326,7 @@ class M3SVM(BaseMarginClassifier):
                       if self.lr_schedule == "constant"
                       else "Increase max_iter (or learning_rate), or use solver='lbfgs'.")
         else:
-            space = self._row_space(X, Xc, K, log)
+            space = self._row_space(X, Xc, K, log, None if centre is None else centre.tobytes())
             X_fit = Xc if space is None else space.Xr
             if space is not None:
                 kw["coef_init"] = space.to_space(coef0)
@@ -370,13 +370,13 @@ class M3SVM(BaseMarginClassifier):
         Xc = self._fit_shared("centred rows", centre.tobytes(), lambda: X - centre, X)
         return Xc, centre.astype(np.float64)
 
-    def _row_space(self, X, Xc, n_classes, log):
+    def _row_space(self, X, Xc, n_classes, log, centre_key=None):
         """The row space of wide dense rows ``Xc`` (X centred, or X) to solve in
         (:class:`~margindist.solvers.m3svm.RowSpace`: the same minimiser, cheaper products), made
-        once per fold of a grid search; or None."""
+        once per fold of a grid search and centre (``centre_key``); or None."""
         if not row_space_pays(Xc, n_classes, shared=self._shares_set_up(X)):
             return None
-        space = self._fit_shared("row space", None, lambda: row_space(Xc), X)
+        space = self._fit_shared("row space", centre_key, lambda: row_space(Xc), X)
         log.info("M3SVM: solving in the row space of X (%d of %d dimensions)", space.Q.shape[1], X.shape[1])
         return space
 
