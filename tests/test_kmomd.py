@@ -915,7 +915,8 @@ def test_auto_takes_the_smo_on_linear_problems_with_no_more_rows_than_features()
 
     wide, tall = rng.random((40, 80)), rng.random((200, 10))
     assert solver(wide) == "dual" and solver(tall) == "newton"
-    assert solver(wide, lam=1.0) == "newton" and solver(wide, lam=0.0) == "primal"
+    assert solver(wide, lam=1.0) == "newton" and solver(wide, lam=0.0) == "dual"
+    assert solver(tall, lam=0.0) == "primal"
     per_row = int(1.1 * DUAL_MAX_SPARSE_WORK / 2000**2) + 1  # 2000 kernel rows above the budget
     many = sp.csr_matrix((rng.random(2000 * per_row), rng.integers(0, 100_000, 2000 * per_row),
                           np.arange(0, 2000 * per_row + 1, per_row)), shape=(2000, 100_000))

@@ -24,9 +24,9 @@ from ..kernels import cache_dtype
 from ..solvers.kmomd import kmomd_centroid, kmomd_kernel, kmomd_linear
 from ..solvers.kmomd_newton import kmomd_newton
 
-#: ``solver="auto"`` takes the SMO on kernel rows for a linear sub-problem with at most as many
-#: rows as features, for CSR X while its m kernel rows cost at most this many multiply-adds
-#: (m nnz(X); see :func:`_wide`).
+#: ``solver="auto"`` takes the SMO on kernel rows for a linear sub-problem (lam < 1) with at most
+#: as many rows as features, for CSR X while its m kernel rows cost at most this many
+#: multiply-adds (m nnz(X); see :func:`_wide`).
 DUAL_MAX_SPARSE_WORK = 10**8
 
 
@@ -36,7 +36,8 @@ def _wide(X) -> bool:
     linearly separable, so there the problem is near the hard margin: few examples carry weight,
     which suits the SMO, while the Newton solver in the weight vector creeps through active-set
     changes (dense 1000 x 1000: 9.3 s against the SMO's 0.13 s; 2000 x 2000: 48 s against
-    1.9 s; cornell's word counts, 7 classes one-vs-one: 3.7 s against 0.06 s). The SMO pays
+    1.9 s; cornell's word counts, 7 classes one-vs-one: 3.7 s against 0.06 s), and so did the
+    "primal" SMO at lam = 0 (8.7 s against 0.14 s at 1000 x 1000). The SMO pays
     its m kernel rows, O(m nnz(X)) for CSR X, which is where the Newton solver wins on sparse
     rows with many examples (tf-idf 2000 x 20000, 2.4e8: 0.02 s against 0.36 s; at 1000
     x 20000, 6e7, 0.011 s against 0.064 s). Dense 1000 x 4000: 0.95 s against 1.3 s."""
@@ -154,10 +155,11 @@ class KMOMD(BaseMarginClassifier):
         1000 features, else conjugate gradients with Hessian-vector products, as LIBLINEAR's
         Newton solvers), usually 3-15 iterations; it checks the SMO's stopping rule on its own
         point and hands over to the "primal" SMO only if it cannot meet it. "auto": for the
-        linear kernel, "primal" at lam = 0, "dual" for sub-problems with at most as many rows as
-        features (for CSR X, while m nnz(X) <= 1e8; there the data are separable and the Newton
-        solver creeps: dense 2000 x 2000, 48 s against 1.9 s), "newton" otherwise; "dual" for
-        the other kernels.
+        linear kernel, "dual" for sub-problems with at most as many rows as features (for CSR X,
+        while m nnz(X) <= 1e8; there the data are separable and the Newton solver creeps: dense
+        2000 x 2000, 48 s against 1.9 s; the "primal" SMO at lam = 0, dense 1000 x 1000, 8.7 s
+        against 0.14 s), else "newton" (lam > 0) or "primal" (lam = 0); "dual" for the other
+        kernels.
     tol : float, default=1e-3
         Relative stopping tolerance: stop when the largest within-class violation is at most
         tol * 2 L(gamma). This bounds the relative objective gap by 2 tol; in practice the gap
@@ -346,11 +348,9 @@ class KMOMD(BaseMarginClassifier):
                              "differentiable); use solver='primal'.")
         if self.solver != "auto":
             return self.solver
-        if kernel.is_linear and self.lam == 0:
-            return "primal"
-        if kernel.is_linear and (self.lam == 1 or not _wide(X)):
-            return "newton"
-        return "dual"
+        if not kernel.is_linear or (self.lam < 1 and _wide(X)):
+            return "dual"
+        return "newton" if self.lam > 0 else "primal"
 
     def _solves_distinct(self, problem, X_u):
         # lam > 0: a strictly convex problem, one f for the rows and for their distinct pairs; at
