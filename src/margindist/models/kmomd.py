@@ -24,6 +24,8 @@ from ..kernels import cache_dtype
 from ..solvers.kmomd import kmomd_centroid, kmomd_kernel, kmomd_linear
 from ..solvers.kmomd_newton import kmomd_newton
 
+__all__ = ["KMOMD"]
+
 #: ``solver="auto"`` takes the SMO on kernel rows for a linear sub-problem (lam < 1) with at most
 #: as many rows as features, for CSR X while its m kernel rows cost at most this many
 #: multiply-adds (m nnz(X); see :func:`_wide`).
@@ -43,8 +45,6 @@ def _wide(X) -> bool:
     x 20000, 6e7, 0.011 s against 0.064 s). Dense 1000 x 4000: 0.95 s against 1.3 s."""
     m, d = X.shape
     return m <= d and (not sp.issparse(X) or m * X.nnz <= DUAL_MAX_SPARSE_WORK)
-
-__all__ = ["KMOMD"]
 
 
 class KMOMD(BaseMarginClassifier):
