@@ -16,6 +16,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._base import BaseMarginClassifier, get_logger
 from .._defaults import m3svm_lam
 from .._params import CLASS_WEIGHT, NON_NEGATIVE, POSITIVE, RANDOM_STATE, VERBOSE
+from ..solvers._gram import xt_dot
 from ..solvers._rows import row_sq_norms
 from ..solvers.m3svm import (
     m3svm_adam,
@@ -314,11 +315,7 @@ class M3SVM(BaseMarginClassifier):
                   loss=self.loss, fit_intercept=self.fit_intercept, max_iter=self.max_iter,
                   tol=float(self.tol), coef_init=coef0, intercept_init=b0, log=log)
         solver = self._resolve_solver(X, K)
-        # Adam keeps X as given (its per-coordinate steps follow the coordinates, and it is the
-        # paper's procedure); the deterministic solvers centre dense rows
-        Xc, centre = (X, None) if solver == "adam" else self._centred(X, sample_weight)
-        if centre is not None and b0 is not None:
-            kw["intercept_init"] = b0 + coef0 @ centre
+        centre = None  # Adam keeps X as given (its per-coordinate steps follow the coordinates)
         if solver == "adam":
             W, b, n_iter, obj, converged = self._fit_adam(X, y_index, sample_weight, K, kw)
             remedy = ("Adam with a constant step does not settle at the optimum; use "
@@ -326,6 +323,9 @@ class M3SVM(BaseMarginClassifier):
                       if self.lr_schedule == "constant"
                       else "Increase max_iter (or learning_rate), or use solver='lbfgs'.")
         else:
+            Xc, centre = self._centred(X, sample_weight)
+            if centre is not None and b0 is not None:
+                kw["intercept_init"] = b0 + coef0 @ centre
             space = self._row_space(X, Xc, K, log, None if centre is None else centre.tobytes())
             X_fit = Xc if space is None else space.Xr
             if space is not None:
@@ -362,7 +362,7 @@ class M3SVM(BaseMarginClassifier):
             return X, None
         s = np.asarray(sample_weight, dtype=np.float64)
         S = s.sum()
-        centre = s @ X / S
+        centre = xt_dot(X, s) / S
         offset = float(centre @ centre)
         if offset <= float(s @ row_sq_norms(X)) / S - offset:
             return X, None
