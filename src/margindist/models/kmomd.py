@@ -21,6 +21,7 @@ from .._params import (
     VERBOSE,
 )
 from ..kernels import cache_dtype
+from ..solvers._gram import gram_work
 from ..solvers.kmomd import kmomd_centroid, kmomd_kernel, kmomd_linear
 from ..solvers.kmomd_newton import kmomd_newton
 
@@ -44,7 +45,7 @@ def _wide(X) -> bool:
     rows with many examples (tf-idf 2000 x 20000, 2.4e8: 0.02 s against 0.36 s; at 1000
     x 20000, 6e7, 0.011 s against 0.064 s). Dense 1000 x 4000: 0.95 s against 1.3 s."""
     m, d = X.shape
-    return m <= d and (not sp.issparse(X) or m * X.nnz <= DUAL_MAX_SPARSE_WORK)
+    return m <= d and (not sp.issparse(X) or gram_work(X) <= DUAL_MAX_SPARSE_WORK)
 
 
 class KMOMD(BaseMarginClassifier):

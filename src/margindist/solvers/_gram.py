@@ -19,8 +19,8 @@ from scipy.linalg import blas
 
 from ..kernels import TILE_ADD, _chunk_rows, row_tile1, row_tile8
 
-__all__ = ["BLOCK_BYTES", "column_spreads", "float64_blocks", "lower_to_full", "sym_dot", "sym_rows",
-           "weighted_gram", "x_dot", "xt_dot"]
+__all__ = ["BLOCK_BYTES", "column_spreads", "float64_blocks", "gram_work", "lower_to_full", "sym_dot",
+           "sym_rows", "weighted_gram", "x_dot", "xt_dot"]
 
 #: Bytes of one float64 block of rows: small enough to stay in cache between its conversion and
 #: its product (50 000 x 1000 float32 rows, one thread: X v in 19 ms by blocks of 4 MiB, 79 ms
@@ -34,6 +34,13 @@ def float64_blocks(X, max_bytes=BLOCK_BYTES):
     for start in range(0, X.shape[0], step):
         stop = min(start + step, X.shape[0])
         yield start, stop, np.asarray(X[start:stop], dtype=np.float64)
+
+
+def gram_work(X) -> int:
+    """Multiply-adds of the m rows of the linear Gram matrix X X^T: m nnz(X) for CSR X, m^2 d
+    for dense X (the price a dual solver on kernel rows pays for a linear problem)."""
+    m, d = X.shape
+    return m * (X.nnz if sp.issparse(X) else m * d)
 
 
 def x_dot(X, v, *, max_bytes=BLOCK_BYTES) -> np.ndarray:
