@@ -258,6 +258,41 @@ def test_grid_points_of_a_fold_share_their_kernel_set_up(cls, module, name, grid
     assert len(made) == len(folds)
 
 
+@pytest.mark.parametrize("cls, grid, params", [
+    (ODMCV, {"lam": [0.5, 2.0, 8.0]}, {"kernel": "rbf", "gamma": 1.0}),
+    (LDMCV, {"C": [0.5, 2.0, 8.0]}, {"kernel": "rbf", "gamma": 1.0, "solver": "bcd"}),
+    (KMOMDCV, {"lam": [0.1, 0.3, 0.6]}, {"kernel": "rbf", "gamma": 1.0}),  # rows in class order
+])
+def test_one_vs_one_pairs_of_a_fold_share_its_kernel_matrix(cls, grid, params, monkeypatch):
+    """One-vs-one sub-problems in a search read their blocks of the fold's Gram matrix, made
+    once per fold (not once per pair and grid point), and score as separate fits of each grid
+    point do (float64 rows at this tol: the blocks are the pairs' own matrices to the bit)."""
+    import margindist._base as base
+
+    made = []
+
+    class Counting(base.KernelRowCache):
+        def __init__(self, *args, **kwargs):
+            made.append(args[1].shape[0])
+            super().__init__(*args, **kwargs)
+
+    rng = np.random.default_rng(0)
+    if params:
+        X, y = make_classification(n_samples=150, n_features=5, n_informative=4, n_redundant=0, n_classes=3,
+                                   random_state=0)
+        X = MinMaxScaler().fit_transform(X)
+    else:
+        X = sp.random(60, 200, density=0.05, random_state=np.random.RandomState(0), format="csr") * 3.0
+        y = np.argmax(X @ rng.normal(size=(200, 3)), axis=1)
+    kw = dict(params, multi_class="ovo", tol=1e-8, max_iter=100000, random_state=0)
+    folds = list(StratifiedKFold(2, shuffle=True, random_state=0).split(X, y))
+    monkeypatch.setattr(base, "KernelRowCache", Counting)
+    search = cls(grid, cv=folds, refit=False, **kw).fit(X, y)
+    assert made == [f.size for f, _ in folds]  # one whole matrix per fold
+    ref = GridSearchCV(cls._estimator(**kw), grid, cv=folds).fit(X, y)
+    np.testing.assert_allclose(search.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"])
+
+
 class _Interrupted(ClassifierMixin, BaseEstimator):
     """An estimator whose fit is hit by Ctrl-C inside compiled code: the interpreter raises a
     SystemError caused by the KeyboardInterrupt (what a numba dispatcher call gives)."""

@@ -461,7 +461,7 @@ class LDM(BaseMarginClassifier):
     def _fit_bcd(self, problem, beta0, l1, l2, C, log):
         X, y, kernel, warm = problem.X, problem.y, problem.kernel, problem.warm or {}
         B = self._bias()
-        cache = problem.shared if problem.shared is not None else self._kernel_source(X, kernel)
+        cache = problem.shared if problem.shared is not None else self._kernel_source(X, kernel, problem)
         gamma0 = warm.get("gamma") if beta0 is not None else None
         log.info("LDM kernel=%s, bcd, m=%d, %d rows (%s) cached", kernel.kind, X.shape[0], cache.n_slots,
                  cache.dtype)

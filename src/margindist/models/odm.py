@@ -326,7 +326,7 @@ class ODM(BaseMarginClassifier):
                 state = {"v": np.append(w, b / B if B else 0.0)}
             log.info("ODM: %d iterations", n_iter)
             return BinaryModel(coef=w, intercept=b, n_iter=n_iter, extra={"warm": state})
-        cache = shared if shared is not None else self._kernel_source(X, kernel)
+        cache = shared if shared is not None else self._kernel_source(X, kernel, problem)
         log.info("ODM kernel=%s, dcd, m=%d, %s rows (%s) of %d cached", kernel.kind, m, cache.n_slots,
                  cache.dtype, m)
         a0 = _fit_length(warm.get("a"), n_var)
