@@ -261,6 +261,7 @@ def test_grid_points_of_a_fold_share_their_kernel_set_up(cls, module, name, grid
 @pytest.mark.parametrize("cls, grid, params", [
     (ODMCV, {"lam": [0.5, 2.0, 8.0]}, {"kernel": "rbf", "gamma": 1.0}),
     (LDMCV, {"C": [0.5, 2.0, 8.0]}, {"kernel": "rbf", "gamma": 1.0, "solver": "bcd"}),
+    (LDMCV, {"C": [0.5, 2.0]}, {}),  # wide CSR rows: the linear kernel's rows
     (KMOMDCV, {"lam": [0.1, 0.3, 0.6]}, {"kernel": "rbf", "gamma": 1.0}),  # rows in class order
 ])
 def test_one_vs_one_pairs_of_a_fold_share_its_kernel_matrix(cls, grid, params, monkeypatch):

@@ -232,6 +232,75 @@ def test_linear_path_equals_kernel_path_and_auto_keeps_csr_sparse():
     assert LDM()._resolve_solver(Xs, LDM()._kernel_spec(Xs)) == "dcd"
 
 
+def _wide_sparse(rng, m=40, d=150, density=0.05):
+    X = sp.random(m, d, density=density, random_state=np.random.RandomState(0), format="csr") * 3.0
+    y = np.where(X @ rng.normal(size=d) + 0.3 * rng.normal(size=m) > 0, 1.0, -1.0)
+    return X, y
+
+
+@pytest.mark.parametrize("solver", ["auto", "bcd", "dcd"])
+def test_wide_linear_problems_on_kernel_rows_reach_the_factorised_linear_optimum(rng, solver):
+    """m <= d: "auto" (for CSR X while the m rows of X X^T are cheap), "bcd" and "dcd" solve
+    on the m x m linear Gram matrix and return the linear model w = X^T a: the optimum of the
+    (d + 1) x (d + 1) factorised linear dual, called directly on the dense rows."""
+    X, y = _wide_sparse(rng)
+    s = rng.uniform(0.5, 2.0, size=X.shape[0])
+    kw = dict(lambda1=2**-3, lambda2=2**-4, C=2.0)
+    est = LDM(solver=solver, tol=1e-9, max_iter=100000, random_state=0, **kw)
+    assert est._resolve_solver(X, est._kernel_spec(X)) in ("bcd", "dcd")
+    assert est._on_kernel_rows(X, est._kernel_spec(X), est._resolve_solver(X, est._kernel_spec(X)))
+    est.fit(X, y, sample_weight=s)
+    w, b, *_ = ldm_dcd_linear(X.toarray(), y, s, tol=1e-11, max_iter=100000, random_state=0, **kw)
+    np.testing.assert_allclose(est.coef_[0], w, atol=1e-6 * np.abs(w).max())
+    assert est.intercept_[0] == pytest.approx(b, abs=1e-6 * np.abs(w).max())
+    z_est, z_ref = y * est.decision_function(X), y * (X @ w + b)
+    f_ref = ldm_primal_objective(w @ w + b * b, z_ref, s, **kw)
+    f_est = ldm_primal_objective(est.coef_[0] @ est.coef_[0] + est.intercept_[0] ** 2, z_est, s, **kw)
+    assert f_est == pytest.approx(f_ref, rel=1e-8)
+    assert not hasattr(est, "dual_coef_") and est.coef_.shape == (1, X.shape[1])
+    dense = LDM(solver=solver, tol=1e-9, max_iter=100000, random_state=0, **kw).fit(X.toarray(), y, sample_weight=s)
+    np.testing.assert_allclose(dense.coef_, est.coef_, atol=1e-6 * np.abs(w).max())
+
+
+def test_wide_rule_and_its_limits(rng):
+    """"auto" goes to kernel rows for m <= d within the work cap only: tall CSR data and wide
+    data whose Gram rows cost more keep averaged SGD; wide dense data within the cap leave
+    the (d + 1) x (d + 1) factorisation. The multi-class model (one-vs-one, CSR) is the same
+    as on the dense rows."""
+    from margindist.models import ldm as ldm_module
+
+    est = LDM()
+    X, y = _wide_sparse(rng)
+    assert est._resolve_solver(X, est._kernel_spec(X)) in ("bcd", "dcd")
+    tall = sp.vstack([X] * 4).tocsr()
+    assert est._resolve_solver(tall, est._kernel_spec(tall)) == "asgd"
+    assert ldm_module._wide(X.toarray())
+    assert ldm_module._wide(rng.normal(size=(20, 1000)))
+    assert not ldm_module._wide(rng.normal(size=(600, 1000)))  # 3.6e8 multiply-adds
+    assert est._resolve_solver(rng.normal(size=(600, 1000)), est._kernel_spec(X)) == "dcd"
+    assert not est._on_kernel_rows(rng.normal(size=(600, 500)), est._kernel_spec(X), "dcd")
+    big = sp.random(2000, 5000, density=0.02, random_state=np.random.RandomState(1), format="csr")
+    assert big.shape[0] * big.nnz > ldm_module._KERNEL_ROWS_MAX_WORK
+    assert est._resolve_solver(big, est._kernel_spec(big)) == "asgd"
+    y3 = np.arange(X.shape[0]) % 3
+    kw = dict(C=2.0, tol=1e-8, max_iter=100000, random_state=0)
+    sparse_fit, dense_fit = LDM(**kw).fit(X, y3), LDM(**kw).fit(X.toarray(), y3)
+    np.testing.assert_allclose(sparse_fit.decision_function(X), dense_fit.decision_function(X.toarray()),
+                               atol=1e-6)
+    assert sparse_fit.coef_.shape == (3, X.shape[1]) and sparse_fit.score(X, y3) > 0.9
+
+
+def test_wide_linear_warm_start_and_partial_fit_continue_from_the_solution(rng):
+    X, y = _wide_sparse(rng)
+    est = LDM(C=2.0, tol=1e-6, warm_start=True, random_state=0).fit(X, y)
+    coef = est.coef_.copy()
+    est.fit(X, y)
+    assert est.n_iter_ <= 2
+    np.testing.assert_allclose(est.coef_, coef, atol=1e-5)
+    est.partial_fit(X, y)  # averaged SGD from the kernel-row solution
+    assert np.isfinite(est.coef_).all() and est.score(X, y) > 0.8
+
+
 def test_multiclass_shared_setup_equals_separate_fits():
     X, y = _scaled("iris")
     for kernel in ("linear", "rbf"):

@@ -469,9 +469,9 @@ class LDMCV(_MarginCV):
 
     @staticmethod
     def _exact_warm_start(est, X) -> bool:
-        # "auto" is the exact dual coordinate descent except on large or sparse linear data
-        return est.solver == "dcd" or (est.solver == "auto" and (
-            est.kernel != "linear" or est._resolve_solver(X, est._kernel_spec(X)) == "dcd"))
+        # every solver but averaged SGD (which "auto" takes on large linear data) is exact
+        return est.solver != "asgd" and (est.solver != "auto" or est.kernel != "linear"
+                                         or est._resolve_solver(X, est._kernel_spec(X)) != "asgd")
 
 
 class MSVMAvCV(_MarginCV):

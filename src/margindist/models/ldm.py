@@ -10,7 +10,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.metaestimators import available_if
 
-from .._base import BaseMarginClassifier, BinaryModel, get_logger
+from .._base import BaseMarginClassifier, BinaryModel, approximation_components, get_logger
 from .._params import (
     CACHE_SIZE,
     KERNEL_APPROXIMATION,
@@ -31,6 +31,7 @@ from ..solvers.ldm import (
     ldm_dcd_kernel,
     ldm_dcd_linear,
 )
+from ..solvers._gram import gram_work, xt_dot
 from ..solvers.ldm_bcd import ldm_bcd_kernel
 
 #: solver="auto" on a linear problem: the dual DCD needs the dense transformed data
@@ -39,6 +40,22 @@ from ..solvers.ldm_bcd import ldm_bcd_kernel
 _DCD_MAX_FEATURES = 2000
 _DCD_MAX_BYTES = 2**30
 _DCD_MAX_SAMPLES = 50000
+
+#: solver="auto" on a linear problem with at most as many rows as features takes the kernel
+#: path on the rows of X X^T while they cost at most this many multiply-adds (see :func:`_wide`).
+_KERNEL_ROWS_MAX_WORK = 10**8
+
+
+def _wide(X) -> bool:
+    """Whether "auto" solves a linear problem on the rows of X X^T (the kernel path's rule then
+    picks "bcd" or "dcd"): m <= d rows whose linear Gram matrix costs at most
+    :data:`_KERNEL_ROWS_MAX_WORK` (m nnz(X) for CSR X, m^2 d dense). There the exact dual has m
+    variables and an m x m Gram matrix where averaged SGD took hundreds of epochs (its 10^4-step
+    minimum) and the factorised linear dual a (d + 1) x (d + 1) matrix: cornell's word counts
+    (578 x 4134 CSR, 21 one-vs-one problems) 0.18 s against 0.058 s, the paper's grid by
+    LDMCV 81 s against 9 s."""
+    return X.shape[0] <= X.shape[1] and gram_work(X) <= _KERNEL_ROWS_MAX_WORK
+
 
 #: Root-mean-square row norms the linear defaults serve (FeatureScaleWarning outside).
 _DCD_ROW_RANGE = (1e-1, 1e5)
@@ -126,7 +143,7 @@ class LDM(BaseMarginClassifier):
         How ``kernel_approximation`` draws its landmarks (with ``random_state``): uniformly,
         or by k-means++ seeding in the input space, weighted by the sample weights.
     solver : {"auto", "bcd", "dcd", "asgd"}, default="auto"
-        * ``"bcd"`` (kernel only): no m x m set-up. The variance term is a least-squares term
+        * ``"bcd"``: no m x m set-up. The variance term is a least-squares term
           on the centred margins; with one free multiplier gamma_i per centred margin the dual
           has two blocks, minimised in turn: beta in [0, C s_i] with gamma fixed (an SVM-type
           box QP over Y (K + B^2) Y, dual coordinate descent with kernel rows from the
@@ -136,18 +153,22 @@ class LDM(BaseMarginClassifier):
           at the defaults: 0.35 s against 24.4 s, SVC 0.23 s). Large C is slow on either
           path (the hinge block's coordinate descent creeps: 15 s at C = 100 there), more so
           when the cache holds fewer rows than there are samples. :mod:`margindist.solvers.ldm_bcd`.
+          On the linear kernel it runs on the rows of X X^T and returns the linear model
+          w = X^T a (the same optimum; for wide problems, below).
         * ``"dcd"``, kernel: the dual (paper Eq. 12) with H = Y G A^{-1} Y formed in a stable
           way (one Cholesky factorisation of an m x m positive definite matrix; no
           pseudo-inverse), then dual coordinate descent over beta in [0, C s_i]. Set-up
           O(m^3) time and two m x m arrays: about m = 5000 takes seconds, m = 20000 minutes
           and 6 GiB.
-        * ``"dcd"``, linear: Q_lin = I + c (m X^T X - (X^T y)(X^T y)^T) factored once (Cholesky
+        * ``"dcd"``, linear, m > d: Q_lin = I + c (m X^T X - (X^T y)(X^T y)^T) factored once (Cholesky
           of I + c m X^T X, then a Sherman-Morrison rank-one downdate), the data transformed to
           Z = X L^{-T} (dense, m x (d + 1)) and LIBLINEAR's dual coordinate descent run over
           beta with w maintained (O(d) per step). Set-up O(nnz(X) d + m d^2 + d^3). With at
           most 1000 columns the DCD starts from a Newton solve of the primal with the hinge
           smoothed on [0, delta] (delta down to tol / 2), which it then certifies: large C no
-          longer leaves the DCD creeping to its epoch cap (docs/methods/ldm.md).
+          longer leaves the DCD creeping to its epoch cap (docs/methods/ldm.md). With m <= d
+          rows, the kernel dual on X X^T instead (the m x m factorisation is the smaller),
+          returned as the linear model.
         * ``"asgd"`` (linear only): averaged SGD on F / (C m) (paper Algorithm 2),
           eta_t = eta0 (1 + lambda3 eta0 t)^(-3/4), lambda3 = 1 / (C m), eta0 by a short trial
           on <= 1000 samples (Bottou's recipe), averaging from step 2 m on; O(nnz) per epoch,
@@ -159,12 +180,16 @@ class LDM(BaseMarginClassifier):
         * ``"auto"``: kernel -> ``"bcd"``, unless the variance term outweighs the regulariser
           by more than 64 (4 lambda1 times the mean of k(x, x) + 1: unscaled features) on at
           most 10000 rows, where block coordinate descent needs many rounds: ``"dcd"``.
-          Linear -> ``"dcd"`` (exact) if X is dense, n_samples <= 50000, n_features <= 2000
-          and its dense working arrays (about three of m x (d + 1)) take at most 1 GiB, else ``"asgd"`` (the paper's large-scale solver; in
-          the benchmarks it matched the DCD solution's test accuracy at 100k samples in a
-          fraction of the time). Sparse X -> ``"asgd"``, which keeps it sparse: the DCD path
-          works on the transformed data Z, dense by nature, so an explicit ``solver="dcd"``
-          on sparse X builds that dense Z.
+          Linear, m <= d rows whose Gram rows X X^T cost at most 1e8 multiply-adds (m nnz(X)
+          for CSR X, m^2 d dense) -> the kernel rows, with the kernel rule's ``"bcd"`` or
+          ``"dcd"`` (cornell's word counts: 0.14 s against averaged SGD's 0.18 s, and the exact
+          optimum). Other linear problems -> ``"dcd"`` (exact) if X is dense, n_samples <=
+          50000, n_features <= 2000 and its dense working arrays (about three of m x (d + 1))
+          take at most 1 GiB, else ``"asgd"`` (the paper's large-scale solver; in the
+          benchmarks it matched the DCD solution's test accuracy at 100k samples in a fraction
+          of the time), which keeps sparse X sparse: the linear DCD path works on the
+          transformed data Z, dense by nature, so an explicit ``solver="dcd"`` on tall sparse
+          X builds that dense Z.
     tol : float, default=1e-2
         DCD stops when the spread of the projected dual gradient is below tol (margin units);
         ``"bcd"`` when, in addition, the gradient of the variance multipliers is. The L1-type dual converges slowly (LIBLINEAR's hinge solver also needs thousands of
@@ -332,31 +357,45 @@ class LDM(BaseMarginClassifier):
                     f"solver='asgd' works on the linear model only; use solver='bcd' or 'dcd' (or 'auto') "
                     f"for kernel={self.kernel!r}, or kernel_approximation for large data."
                 )
-            if solver == "auto":
-                m = X.shape[0]
-                # grid searches too: block coordinate descent with pair steps outruns the factorised
-                # path's shared set-up (heart, the paper's 735 points: LDMCV 7.3 s against 56 s)
-                strong = _variance_coupling(kernel, X, float(self.lambda1), self._bias()) > _BCD_MAX_COUPLING
-                return "dcd" if strong and m <= _FACTOR_MAX_SAMPLES else "bcd"
-            return solver
-        if solver == "bcd":
-            raise ValueError("solver='bcd' is the kernel path's; the linear kernel uses 'dcd' or 'asgd' (or 'auto').")
+            return self._kernel_rule(X, kernel) if solver == "auto" else solver
         m, d = X.shape
         if solver == "auto":
+            if _wide(X):
+                return self._kernel_rule(X, kernel)
             fits = (not sp.issparse(X) and d + 1 <= _DCD_MAX_FEATURES and m <= _DCD_MAX_SAMPLES
                     and 3 * 8 * m * (d + 1) <= _DCD_MAX_BYTES)
             return "dcd" if fits else "asgd"
-        need = 8 * (m * (d + 1) + 3 * (d + 1) ** 2)
+        k = min(m, d + 1)  # "dcd" factorises the smaller side
+        need = 8 * (m * k + 3 * k * k)
         if solver == "dcd" and need > 16 * 2**30:
             raise ValueError(
-                f"The linear LDM dual needs a dense {m} x {d + 1} transformed data matrix and a "
-                f"{d + 1} x {d + 1} factorisation ({need / 2**30:.0f} GiB); use solver='asgd' (or 'auto')."
+                f"The linear LDM dual needs a dense {m} x {k} transformed data matrix and a "
+                f"{k} x {k} factorisation ({need / 2**30:.0f} GiB); use solver='asgd' (or 'auto')."
             )
         return solver
 
+    def _kernel_rule(self, X, kernel):
+        """"auto" on the rows of a kernel: the factorised "dcd" where the variance coupling is
+        strong and m^3 affordable, else "bcd"."""
+        # grid searches too: block coordinate descent with pair steps outruns the factorised
+        # path's shared set-up (heart, the paper's 735 points: LDMCV 7.3 s against 56 s)
+        strong = _variance_coupling(kernel, X, float(self.lambda1), self._bias()) > _BCD_MAX_COUPLING
+        return "dcd" if strong and X.shape[0] <= _FACTOR_MAX_SAMPLES else "bcd"
+
+    @staticmethod
+    def _on_kernel_rows(X, kernel, solver) -> bool:
+        """Whether the fit runs on kernel rows: every kernel but the linear one, and the linear
+        kernel's rows X X^T for "bcd", and for "dcd" when m <= d (the m x m factorisation is the
+        smaller; the same dual as the (d + 1) x (d + 1) one). The model is linear either way."""
+        return not kernel.is_linear or solver == "bcd" or (solver == "dcd" and X.shape[0] <= X.shape[1])
+
     def _factorised_order(self, X, spec):
-        if spec is not None and not spec.is_linear and self._resolve_solver(X, spec) == "bcd":
-            return X.shape[1]  # cached kernel rows, no m x m factorisation
+        if spec is not None and approximation_components(self, spec, X.shape[0]) is None:
+            solver = self._resolve_solver(X, spec)
+            if solver == "bcd":
+                return X.shape[1]  # cached kernel rows, no m x m factorisation
+            if spec.is_linear and self._on_kernel_rows(X, spec, solver):
+                return X.shape[0]
         return super()._factorised_order(X, spec)
 
     def _row_norm_range(self, X, spec):
@@ -372,12 +411,13 @@ class LDM(BaseMarginClassifier):
 
     def _shared_setup(self, X, sample_weight, kernel):
         log = get_logger(self.verbose)
-        if kernel.is_linear:
-            if self._resolve_solver(X, kernel) != "dcd":
+        solver = self._resolve_solver(X, kernel)
+        if not self._on_kernel_rows(X, kernel, solver):
+            if solver != "dcd":
                 return None
             log.info("LDM: one factorisation shared by the one-vs-rest sub-problems")
             return LDMLinearFactor(X, sample_weight, float(self.lambda1), self._bias())
-        if self._resolve_solver(X, kernel) == "bcd":
+        if solver == "bcd":
             return self._kernel_source(X, kernel)
         log.info("LDM: one kernel set-up shared by the one-vs-rest sub-problems")
         return self._kernel_base(X, sample_weight, kernel)
@@ -406,44 +446,73 @@ class LDM(BaseMarginClassifier):
 
     # ------------------------------------------------------------------ fit
     def _fit_binary(self, problem):
-        X, y, sample_weight, kernel = problem.X, problem.y, problem.sample_weight, problem.kernel
-        warm, shared, seed = problem.warm, problem.shared, problem.seed
+        X, kernel = problem.X, problem.kernel
         log = get_logger(self.verbose)
-        B = self._bias()
-        l1, l2, C = float(self.lambda1), float(self.lambda2), float(self.C)
         solver = self._resolve_solver(X, kernel)
-        warm = warm or {}
         m = X.shape[0]
-        beta0 = warm.get("beta")
+        beta0 = (problem.warm or {}).get("beta")
         if beta0 is not None and beta0.shape[0] != m:
             beta0 = None
+        if not self._on_kernel_rows(X, kernel, solver):
+            return self._fit_linear(problem, solver, beta0, log)
         if kernel.is_linear:
-            log.info("LDM linear, solver=%s, m=%d d=%d sparse=%s", solver, m, X.shape[1], sp.issparse(X))
-            if solver == "dcd":
-                if shared is None and problem.rows is None and self._shares_set_up():
-                    shared = self._fit_shared("linear factor", (l1, B), lambda: LDMLinearFactor(
-                        X, sample_weight, l1, B), X)  # grid points with this lambda1 on one fold
-                w, b, beta, n_iter, _ = ldm_dcd_linear(
-                    X, y, sample_weight, l1, l2, C, bias=B, tol=self.tol,
-                    max_iter=self.max_iter or _DCD_MAX_ITER, beta0=beta0, random_state=seed, factor=shared,
-                )
-                state = {"beta": beta, "v": np.append(w, b / B if B else 0.0)}
-                if problem.rows is None:  # partial_fit continues from the solution, on all rows
-                    state["asgd"] = ASGDState.from_weights(state["v"], X, y, sample_weight, B)
-            else:
-                st = None
-                if warm.get("v") is not None and warm["v"].shape[0] == X.shape[1] + 1:
-                    st = ASGDState(X.shape[1] + 1)
-                    st.w[:] = warm["v"]
-                w, b, st, n_iter = ldm_asgd(X, y, sample_weight, l1, l2, C, bias=B,
-                                            n_epochs=self.max_iter or _asgd_epochs(X.shape[0]), state=st,
-                                            random_state=seed, log=log)
-                state = {"v": np.append(w, b / B if B else 0.0), "asgd": st}
-            log.info("LDM: %d epochs", n_iter)
-            return BinaryModel(coef=w, intercept=b, n_iter=n_iter, extra={"warm": state})
+            log.info("LDM linear, solver=%s on the %d x %d linear Gram matrix (d=%d, sparse=%s)", solver, m, m,
+                     X.shape[1], sp.issparse(X))
+            return self._as_linear(self._fit_kernel(problem, solver, beta0, log), problem)
+        return self._fit_kernel(problem, solver, beta0, log)
+
+    def _fit_linear(self, problem, solver, beta0, log):
+        """The linear model by the factorised linear dual ("dcd") or averaged SGD."""
+        X, y, sample_weight, shared, seed = problem.X, problem.y, problem.sample_weight, problem.shared, problem.seed
+        warm, B = problem.warm or {}, self._bias()
+        l1, l2, C = float(self.lambda1), float(self.lambda2), float(self.C)
+        log.info("LDM linear, solver=%s, m=%d d=%d sparse=%s", solver, X.shape[0], X.shape[1], sp.issparse(X))
+        if solver == "dcd":
+            if shared is None and problem.rows is None and self._shares_set_up():
+                shared = self._fit_shared("linear factor", (l1, B), lambda: LDMLinearFactor(
+                    X, sample_weight, l1, B), X)  # grid points with this lambda1 on one fold
+            w, b, beta, n_iter, _ = ldm_dcd_linear(
+                X, y, sample_weight, l1, l2, C, bias=B, tol=self.tol,
+                max_iter=self.max_iter or _DCD_MAX_ITER, beta0=beta0, random_state=seed, factor=shared,
+            )
+            state = self._linear_state({"beta": beta}, w, b, problem)
+        else:
+            st = None
+            if warm.get("v") is not None and warm["v"].shape[0] == X.shape[1] + 1:
+                st = ASGDState(X.shape[1] + 1)
+                st.w[:] = warm["v"]
+            w, b, st, n_iter = ldm_asgd(X, y, sample_weight, l1, l2, C, bias=B,
+                                        n_epochs=self.max_iter or _asgd_epochs(X.shape[0]), state=st,
+                                        random_state=seed, log=log)
+            state = {"v": np.append(w, b / B if B else 0.0), "asgd": st}
+        log.info("LDM: %d epochs", n_iter)
+        return BinaryModel(coef=w, intercept=b, n_iter=n_iter, extra={"warm": state})
+
+    def _linear_state(self, state, w, b, problem):
+        """A linear solution's warm state: the dual's, the weights (v = [w, b / B]) and, on all
+        rows, an averaged-SGD state at them (``partial_fit`` continues from the solution)."""
+        B = self._bias()
+        state = dict(state, v=np.append(w, b / B if B else 0.0))
+        if problem.rows is None:
+            state["asgd"] = ASGDState.from_weights(state["v"], problem.X, problem.y, problem.sample_weight, B)
+        return state
+
+    def _as_linear(self, model, problem):
+        """A kernel-path model on the linear kernel as the linear model w = X^T a (the intercept
+        is already B^2 sum a, the weight B sum a of the constant feature times B)."""
+        X, a = problem.X, model.dual_coef
+        w = np.asarray(X.T @ a, dtype=np.float64).ravel() if sp.issparse(X) else xt_dot(X, a)
+        state = self._linear_state(model.extra["warm"], w, model.intercept, problem)
+        return BinaryModel(coef=w, intercept=model.intercept, n_iter=model.n_iter, extra={"warm": state})
+
+    def _fit_kernel(self, problem, solver, beta0, log):
+        """The kernel path: block coordinate descent on cached rows, or the factorised dual."""
+        X, y, sample_weight, kernel, shared, seed = (problem.X, problem.y, problem.sample_weight, problem.kernel,
+                                                     problem.shared, problem.seed)
+        l1, l2, C = float(self.lambda1), float(self.lambda2), float(self.C)
         if solver == "bcd":
             return self._fit_bcd(problem, beta0, l1, l2, C, log)
-        log.info("LDM kernel=%s, dual set-up O(m^3) with m=%d", kernel.kind, m)
+        log.info("LDM kernel=%s, dual set-up O(m^3) with m=%d", kernel.kind, X.shape[0])
         if shared is None and problem.rows is None and self._shares_set_up():
             shared = self._kernel_base(X, sample_weight, kernel)
         if shared is not None:
@@ -455,6 +524,7 @@ class LDM(BaseMarginClassifier):
                                                     tol=self.tol, max_iter=self.max_iter or _DCD_MAX_ITER,
                                                     beta0=beta0, random_state=seed, overwrite=True)
         log.info("LDM: %d epochs", n_iter)
+        B = self._bias()
         return BinaryModel(dual_coef=alpha, intercept=B * B * float(alpha.sum()), n_iter=n_iter,
                            extra={"warm": {"beta": beta}})
 
