@@ -28,6 +28,7 @@ from margindist.losses import (
 )
 from margindist.models.margin_pursuit import MarginPursuit
 from margindist.solvers.margin_pursuit import (
+    weighted_op_norm_sq,
     _psi_numba,
     _rho_numba,
     catoni_scale,
@@ -395,6 +396,33 @@ def test_newton_with_dependent_columns_and_a_tiny_lam():
         warnings.simplefilter("error", ConvergenceWarning)
         est = MarginPursuit(lam=1e-30).fit(X, y)
     assert est.score(X, y) > 0.8  # LinearSVC: 0.87 (noisy labels)
+
+
+@pytest.mark.parametrize("n, d", [(4, 800), (5, 800), (7, 900), (40, 300), (600, 700)])
+@pytest.mark.parametrize("kind", ["dense", "csr", "float32"])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_weighted_op_norm_sq_on_every_shape(n, d, kind, fit_intercept):
+    """||diag(sqrt(w)) [X, 1]||^2 against NumPy's 2-norm, on wide data with a handful of rows
+    (ARPACK's Lanczos vectors need more rows: it raised there), narrow and large data."""
+    rng = np.random.default_rng(n + d)
+    X = rng.normal(size=(n, d)) * (rng.random((n, d)) < 0.3)
+    w = rng.uniform(0.5, 2.0, size=n)
+    Xin = sp.csr_matrix(X) if kind == "csr" else X.astype(np.float32) if kind == "float32" else X
+    X = X.astype(np.float32).astype(np.float64) if kind == "float32" else X  # the values given
+    A = np.sqrt(w)[:, None] * (np.c_[X, np.ones(n)] if fit_intercept else X)
+    ref = np.linalg.norm(A, 2) ** 2
+    got = weighted_op_norm_sq(Xin, w, fit_intercept)
+    rtol = 2e-6 if min(n, d) > 500 else 1e-9  # ARPACK's result is raised by 1e-6
+    assert ref <= got * (1 + rtol) and got == pytest.approx(ref, rel=rtol)
+
+
+def test_few_wide_rows_and_a_class_of_one_row():
+    """One-vs-one pairs of one and four rows of 800 features (a small sample of a text set)."""
+    X = sp.random(20, 800, density=0.05, random_state=np.random.RandomState(0), format="csr")
+    y = np.array([0] + [1] * 4 + [2] * 15)
+    est = MarginPursuit(random_state=0).fit(X, y)
+    assert np.isfinite(est.coef_).all() and est.score(X, y) > 0.5
+    assert MarginPursuit(random_state=0).fit(X[:5], y[:5]).predict(X[:5]).shape == (5,)
 
 
 def test_auto_is_newton_in_fit():

@@ -235,23 +235,47 @@ def weighted_gram(X, weights, fit_intercept):
     return G
 
 
+def _top_eigenvalue(G, margin):
+    """The largest eigenvalue of the symmetric G, raised by ``margin`` relative (inf if G is
+    not finite)."""
+    if not np.all(np.isfinite(G)):
+        return math.inf
+    return float(np.linalg.eigvalsh(G)[-1]) * (1.0 + margin)
+
+
+def _row_gram(X, block_bytes=4 * 2**20):
+    """X X^T in float64 (n x n) for few rows: CSR through SciPy, dense by blocks of columns
+    cast one at a time (no float64 copy of float32 X)."""
+    if sp.issparse(X):
+        Xf = sp.csr_matrix(X, dtype=np.float64)
+        return np.asarray((Xf @ Xf.T).toarray())
+    n, d = X.shape
+    step = max(1, block_bytes // (8 * max(n, 1)))
+    G = np.zeros((n, n))
+    for j in range(0, d, step):
+        B = np.asarray(X[:, j : j + step], dtype=np.float64)
+        G += B @ B.T
+    return G
+
+
 def weighted_op_norm_sq(X, weights, fit_intercept, gram=None):
     """||diag(sqrt(weights)) [X, 1]||_op^2 (the column of ones only with ``fit_intercept``).
 
     Up to 500 columns: the largest eigenvalue of the (d+1) x (d+1) Gram matrix A^T A
-    (:func:`weighted_gram`, or ``gram`` when the caller has it); otherwise ARPACK (``svds``) on
-    a linear operator, inflated by 1e-6 relative so that 1/L stays a safe step. Sparse X is never
-    densified.
+    (:func:`weighted_gram`, or ``gram`` when the caller has it); up to 500 rows: that of the
+    n x n matrix A A^T; otherwise ARPACK (``svds``) on a linear operator, inflated by 1e-6
+    relative so that 1/L stays a safe step. Sparse X is never densified.
     """
     n, d = X.shape
     w = np.asarray(weights, dtype=np.float64)
     sq = np.sqrt(w)
     d1 = d + int(bool(fit_intercept))
-    if d1 <= 500 or min(n, d1) <= 3:
+    if d1 <= 500 or gram is not None:
         G = weighted_gram(X, w, fit_intercept) if gram is None else gram
-        if not np.all(np.isfinite(G)):
-            return math.inf
-        return float(np.linalg.eigvalsh(G)[-1]) * (1.0 + 1e-12)
+        return _top_eigenvalue(G, 1e-12)
+    if n <= 500:  # a few wide rows: the same top eigenvalue, from the smaller side
+        G = _row_gram(X) + float(bool(fit_intercept))
+        return _top_eigenvalue(sq[:, None] * G * sq[None, :], 1e-12)
 
     # float32 X through the row loops (NumPy / SciPy would upcast a copy of X at every product)
     rows = make_rows(X, 1.0 if fit_intercept else None) if X.dtype == np.float32 else None
