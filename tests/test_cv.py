@@ -264,11 +264,11 @@ def test_grid_points_of_a_fold_share_their_kernel_set_up(cls, module, name, grid
     (LDMCV, {"C": [0.5, 2.0]}, {}),  # wide CSR rows: the linear kernel's rows
     (KMOMDCV, {"lam": [0.1, 0.3, 0.6]}, {"kernel": "rbf", "gamma": 1.0}),  # rows in class order
 ])
-def test_one_vs_one_pairs_of_a_fold_share_its_kernel_matrix(cls, grid, params, monkeypatch):
-    """One-vs-one sub-problems in a search read their blocks of the fold's Gram matrix, made
-    once per fold (not once per pair and grid point), and score as separate fits of each grid
-    point do (float64 rows at this tol: the blocks are the pairs' own matrices to the bit)."""
+def test_one_vs_one_pairs_keep_their_kernel_rows_for_the_grid_points_of_a_fold(cls, grid, params, monkeypatch):
+    """In a search, each one-vs-one pair makes its kernel rows once per fold (not once per grid
+    point), and the points score as separate fits of each do (float64 rows at this tol)."""
     import margindist._base as base
+    import margindist.solvers.kmomd as kmomd_solvers
 
     made = []
 
@@ -288,8 +288,10 @@ def test_one_vs_one_pairs_of_a_fold_share_its_kernel_matrix(cls, grid, params, m
     kw = dict(params, multi_class="ovo", tol=1e-8, max_iter=100000, random_state=0)
     folds = list(StratifiedKFold(2, shuffle=True, random_state=0).split(X, y))
     monkeypatch.setattr(base, "KernelRowCache", Counting)
+    monkeypatch.setattr(kmomd_solvers, "KernelRowCache", Counting)
     search = cls(grid, cv=folds, refit=False, **kw).fit(X, y)
-    assert made == [f.size for f, _ in folds]  # one whole matrix per fold
+    pair_sizes = sorted(np.isin(y[f], [k, l]).sum() for f, _ in folds for k, l in ((0, 1), (0, 2), (1, 2)))
+    assert sorted(made) == pair_sizes  # one matrix per pair and fold, whatever the grid
     ref = GridSearchCV(cls._estimator(**kw), grid, cv=folds).fit(X, y)
     np.testing.assert_allclose(search.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"])
 

@@ -331,7 +331,7 @@ def test_cached_pairs_reach_the_qp_optimum_with_fewer_kernel_rows(lam):
     for cp in (0.0, 0.7):
         held = []
         res = kmomd_kernel(spec, X, y, None, lam, tol=TIGHT, max_bytes=8 * 150 * 30, cached_pair=cp,
-                           shared=lambda key, make, perm: held.append(make()) or held[-1])
+                           shared=lambda key, make: held.append(make()) or held[-1])
         assert held[0].n_slots == 30 and res.converged
         assert res.violation <= TIGHT * 2 * res.objective
         _feasible(res.gamma, y)

@@ -374,19 +374,12 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
     def _kernel_source(self, X, kernel, problem: BinaryProblem | None = None):
         """Kernel rows under the estimator's ``cache_size`` budget: all of them, computed up
         front in BLAS blocks, when the m x m matrix fits, else an LRU cache of rows computed on
-        demand; shared by the sub-problems and grid points on the same rows. Rows are stored in
-        float32 (as LIBSVM's cache) unless ``tol`` < 1e-5, where rounding them would show in
-        the solution.
-
-        In a search, a ``problem`` on some rows of a fold (one-vs-one) whose whole Gram matrix
-        fits the budget gets the block of that matrix, which is computed once per fold and
-        kernel: a grid point's K (K - 1) / 2 blocks hold 2 (K - 1) / K times its values, and the
-        grid points would each compute them anew (cornell, 7 classes, LDMCV's 147 points:
-        35 s against 9 s)."""
-        block = self._whole_kernel_block(kernel, problem)
-        if block is not None:
-            return block
-        return self._fit_shared("kernel rows", self._rows_key(kernel), lambda: self._full_rows(kernel, X), X)
+        demand; shared by the sub-problems and grid points on the same rows (and, for the
+        one-vs-one pairs of a search, see :meth:`_rows_holder`). Rows are stored in float32
+        (as LIBSVM's cache) unless ``tol`` < 1e-5, where rounding them would show in the
+        solution."""
+        kind, rows = self._rows_holder(kernel, problem, X)
+        return self._fit_shared(kind, self._rows_key(kernel), lambda: self._full_rows(kernel, X), rows)
 
     def _rows_key(self, kernel):
         return kernel, int(self.cache_size * 2**20), cache_dtype(self.tol)
@@ -399,22 +392,24 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
             cache.fill()
         return cache
 
-    def _whole_kernel_block(self, kernel, problem, order=None):
-        """In a search, the kernel rows of a ``problem`` on some rows of the fold (one-vs-one),
-        ``order`` (indices into the problem's rows) as they are, as a full cache over its block
-        of the fold's Gram matrix, which is shared by the sub-problems and grid points of the
-        fold; None where that matrix would exceed the budget, or outside a search."""
+    def _rows_holder(self, kernel, problem, X):
+        """(kind, rows) under which :meth:`_fit_shared` keeps the kernel rows of a sub-problem
+        on X: ("kernel rows", X); in a search, for a one-vs-one pair whose matrices, with those
+        of the other pairs, fit the budget together, the pair's own kind and the fold's rows,
+        so that every pair keeps its matrix for the grid points of the fold (otherwise each
+        grid point computes its pairs' rows anew: cornell, 7 classes, LDMCV's 147 points,
+        25 s against 12 s)."""
         parent = None if problem is None or problem.rows is None else problem.parent
+        if parent is None or kernel.kind == "precomputed" or not self._shares_set_up(parent):
+            return "kernel rows", X
+        counts = np.bincount(self._shared_data.y_index).astype(np.float64)
+        pairs = sum((counts[k] + counts[l]) ** 2 for k in range(counts.size) for l in range(k + 1, counts.size))
         _, budget, dtype = self._rows_key(kernel)
-        if (parent is None or kernel.kind == "precomputed" or not self._shares_set_up(parent)
-                or parent.shape[0] ** 2 * np.dtype(dtype).itemsize > budget):
-            return None
-        whole = self._fit_shared("kernel rows", self._rows_key(kernel), lambda: self._full_rows(kernel, parent),
-                                 parent).matrix()
-        rows = problem.rows if order is None else problem.rows[order]
-        return KernelRowCache.from_gram(whole[np.ix_(rows, rows)])
+        if pairs * np.dtype(dtype).itemsize > budget:
+            return "kernel rows", X
+        return ("kernel rows", problem.classes), parent
 
-    def _fit_shared(self, kind: str, key, make, X=None):
+    def _fit_shared(self, kind, key, make, X=None):
         """``make()``, or the value it gave in an earlier fit on the same validated data.
 
         For set-up that grid points share (a Gram matrix, a kernel row cache, a factorisation):

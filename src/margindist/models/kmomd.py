@@ -378,9 +378,9 @@ class KMOMD(BaseMarginClassifier):
         else:
             shared = None
             if self._shares_set_up():  # grid points on one fold share the kernel rows
-                def shared(key, make, perm):
-                    block = self._whole_kernel_block(kernel, problem, perm)  # a one-vs-one pair's
-                    return block if block is not None else self._fit_shared("kernel rows", key, make, X)
+                def shared(key, make):
+                    kind, rows = self._rows_holder(kernel, problem, X)  # one-vs-one pairs: theirs
+                    return self._fit_shared(kind, key, make, rows)
             res = kmomd_kernel(kernel, X, y, sample_weight, lam, tol=self.tol, max_iter=max_iter,
                                max_bytes=int(self.cache_size * 2**20), init="vertex" if init is None else init,
                                history_every=history_every, dtype=cache_dtype(self.tol), shared=shared)

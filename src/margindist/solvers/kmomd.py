@@ -846,11 +846,10 @@ def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-
         support in the cache at once (else it is skipped). "auto": for 0 < lam < 1,
         when the violation is still above 10 times the stopping threshold. The objective never
         increases either way.
-    shared : callable(key, make, perm) -> KernelRowCache, optional
+    shared : callable(key, make) -> KernelRowCache, optional
         Keeps the row cache for later calls on the same X (a grid search: its kernel rows are
         computed once for every value of lam); ``key`` holds the kernel, the budget, the row
-        type and the class order, ``make()`` builds the cache, ``perm`` is the class order
-        (None: X's own), in which the cache's rows must be.
+        type and the class order, ``make()`` builds the cache.
     cached_pair : float in [0, 1)
         When the budget holds fewer rows than there are examples: a pair step may use cached
         rows in place of the maximal violating pair when they violate by at least this fraction
@@ -880,7 +879,7 @@ def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-
         cache = make_cache()
     else:  # the caller keeps the rows for later calls on the same data (a grid search)
         order = None if perm is None else perm.tobytes()
-        cache = shared((spec, int(max_bytes), np.dtype(dtype).str, order), make_cache, perm)
+        cache = shared((spec, int(max_bytes), np.dtype(dtype).str, order), make_cache)
     warm = not isinstance(init, str)
     if warm:  # a previous solution (warm start), in the caller's row order
         gamma = _feasible_start(init, y, w, perm)
