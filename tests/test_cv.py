@@ -296,6 +296,22 @@ def test_one_vs_one_pairs_keep_their_kernel_rows_for_the_grid_points_of_a_fold(c
     np.testing.assert_allclose(search.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"])
 
 
+def test_one_vs_one_pairs_on_their_distinct_rows_and_on_all_rows_in_one_search():
+    """KMOMD solves on the distinct (x, y) pairs at lam > 0 and on all rows at lam = 0: the
+    kernel rows a pair keeps for one are never handed to the other (they are kept apart by
+    their number of rows), and the search scores as separate fits do."""
+    X, y = make_classification(n_samples=60, n_features=4, n_informative=3, n_redundant=0, n_classes=3,
+                               random_state=1)
+    X, y = np.vstack([X] * 3), np.r_[y, y, y]  # each pair three times
+    X = MinMaxScaler().fit_transform(X)
+    folds = list(StratifiedKFold(2, shuffle=True, random_state=0).split(X, y))
+    kw = dict(kernel="rbf", gamma=1.0, multi_class="ovo", tol=1e-8)
+    grid = {"lam": [0.0, 0.3, 0.6]}
+    search = KMOMDCV(grid, cv=folds, refit=False, **kw).fit(X, y)
+    ref = GridSearchCV(margindist.KMOMD(**kw), grid, cv=folds).fit(X, y)
+    np.testing.assert_allclose(search.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"])
+
+
 class _Interrupted(ClassifierMixin, BaseEstimator):
     """An estimator whose fit is hit by Ctrl-C inside compiled code: the interpreter raises a
     SystemError caused by the KeyboardInterrupt (what a numba dispatcher call gives)."""

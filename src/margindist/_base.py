@@ -407,7 +407,8 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         _, budget, dtype = self._rows_key(kernel)
         if pairs * np.dtype(dtype).itemsize > budget:
             return "kernel rows", X
-        return ("kernel rows", problem.classes), parent
+        # the pair's rows, or its distinct (x, y) pairs (:meth:`_fit_distinct`): told apart by size
+        return ("kernel rows", problem.classes, X.shape[0]), parent
 
     def _fit_shared(self, kind, key, make, X=None):
         """``make()``, or the value it gave in an earlier fit on the same validated data.
