@@ -35,6 +35,9 @@ class Design:
         self.c = None if col_scale is None else np.asarray(col_scale, dtype=np.float64)
         self.intercept = bool(intercept)
         self.sparse = sp.issparse(B)
+        # B^T once: SciPy builds (and checks) a transposed matrix object at every ``B.T @ t``,
+        # which outweighed the product itself on small sub-problems (cornell's word pairs)
+        self._BT = B.T if self.sparse else None
         self.n, self.p = B.shape
         self.d = self.p + self.intercept
 
@@ -51,7 +54,7 @@ class Design:
     def rmatvec(self, t):
         """Z^T @ t (t of shape (n,) or (n, q))."""
         rt = _rowwise(self.r, t) * t
-        out = xt_dot(self.B, rt)
+        out = np.asarray(self._BT @ rt, dtype=np.float64) if self.sparse else xt_dot(self.B, rt)
         if self.c is not None:
             out = _rowwise(self.c, out) * out
         if self.intercept:
