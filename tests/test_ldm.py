@@ -9,6 +9,7 @@ from sklearn.preprocessing import MinMaxScaler
 from sklearn.svm import LinearSVC
 
 from margindist.datasets import load_dataset
+from margindist.kernels import KernelSpec
 from margindist.models.ldm import LDM
 from margindist.solvers import ldm as ldm_solvers
 from margindist.solvers._rows import make_rows
@@ -288,6 +289,17 @@ def test_wide_rule_and_its_limits(rng):
     np.testing.assert_allclose(sparse_fit.decision_function(X), dense_fit.decision_function(X.toarray()),
                                atol=1e-6)
     assert sparse_fit.coef_.shape == (3, X.shape[1]) and sparse_fit.score(X, y3) > 0.9
+
+
+def test_bcd_with_nystroem_features_takes_the_linear_choice(rng):
+    """kernel_approximation with solver="bcd" (a kernel solver) solves the linear problem on the
+    Nyström features as "auto" does, never on the rows of their m x m Gram matrix."""
+    X, y = _data(rng, m=300, d=4)
+    est = LDM(kernel="rbf", kernel_approximation=40, solver="bcd", random_state=0)
+    Z = rng.normal(size=(300, 40))
+    assert est._resolve_solver(Z, KernelSpec("linear")) == "dcd"
+    ref = LDM(kernel="rbf", kernel_approximation=40, random_state=0).fit(X, y)
+    np.testing.assert_allclose(est.fit(X, y).decision_function(X), ref.decision_function(X))
 
 
 def test_wide_linear_warm_start_and_partial_fit_continue_from_the_solution(rng):

@@ -135,7 +135,8 @@ class LDM(BaseMarginClassifier):
         Independent term of the ``"poly"`` and ``"sigmoid"`` kernels.
     kernel_approximation : int, "auto" or None, default=None
         None: the exact kernel model. An int k: the method's own linear solver on the Nyström
-        features of k landmark rows of each sub-problem, stored as a kernel expansion over the
+        features of k landmark rows of each sub-problem (``solver="auto"``'s linear choice
+        when ``solver="bcd"``), stored as a kernel expansion over the
         landmarks (the exact model when every row is one). ``"auto"``: exact while the m x m
         float64 Gram matrix fits ``cache_size``, else 1000 landmarks. Ignored for the linear kernel; not
         with ``kernel="precomputed"``. See "Kernel approximation" on the hyperparameters page.
@@ -359,6 +360,8 @@ class LDM(BaseMarginClassifier):
                 )
             return self._kernel_rule(X, kernel) if solver == "auto" else solver
         m, d = X.shape
+        if solver == "bcd" and self.kernel != "linear":  # Nyström features: the linear choice
+            solver = "auto"
         if solver == "auto":
             if _wide(X):
                 return self._kernel_rule(X, kernel)
