@@ -177,8 +177,8 @@ class KMOMD(BaseMarginClassifier):
     warm_start : bool, default=False
         Start the SMO from the previous fit's distribution gamma (renormalised per class)
         when the data have the same shape, e.g. along a path of decreasing ``lam`` (about
-        30-50 % fewer updates there; for 0 < lam < 1 the Newton phase starts right away
-        from the previous support; ``solver="newton"`` starts from the previous weight vector).
+        30-50 % fewer updates there; for 0 < lam < 1 the Newton phase may start after m
+        updates, not 2 m; ``solver="newton"`` starts from the previous weight vector).
         Only the start changes, never the optimum. Ignored by ``solver="lbfgs"`` (its L-BFGS
         start is cheap).
     class_weight : dict or "balanced", default=None

@@ -583,6 +583,10 @@ def _result(gamma, s, y, w, lam, it, viol, status, history, perm=None, coef=None
 _NEWTON_GAP = 10.0
 #: ... after this many pair updates per example without convergence.
 _NEWTON_AFTER = 2
+#: ... and from a warm start. A neighbouring lam's support can be far larger than this one's
+#: (satimage's pairs, RBF at gamma = 4e-4, lam 0.2 -> 0.015: the Newton phase on the previous
+#: support took longer than the cold fit): the SMO first moves from it for m updates.
+_NEWTON_AFTER_WARM = 1
 #: At most this many active-set iterations (the phase usually ends after 4-10).
 _NEWTON_MAX_ITER = 30
 _EARLY_TOL = 0.01
@@ -839,7 +843,7 @@ def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-
         gradients and objective are accumulated in float64 either way. With float32 the solver
         works on the kernel rounded to float32 (relative 6e-8), which suits tol >= 1e-5.
     newton : {"auto", True, False}
-        After 2 m pair updates without convergence (right away from a warm-start ``init``), run
+        After 2 m pair updates without convergence (m from a warm-start ``init``), run
         :func:`_newton_phase` (primal-dual active set with preconditioned conjugate gradients)
         from the SMO's support, and continue the SMO from its point when that is better (the SMO
         then only checks, or completes, the stopping rule). It needs the kernel rows of the
@@ -897,8 +901,8 @@ def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-
     use_newton = newton is True or (newton == "auto" and 0.0 < lam < 1.0)
     n_newton = n_cg = 0
     if use_newton and lam > 0.0:
-        # a warm start already has (about) the support: the Newton phase may start right away
-        smo.run(min(max_iter, 0 if warm else _NEWTON_AFTER * m))
+        # a warm start is (about) at the support: the Newton phase may start after m updates
+        smo.run(min(max_iter, (_NEWTON_AFTER_WARM if warm else _NEWTON_AFTER) * m))
         far = smo.violation > _NEWTON_GAP * tol * 2.0 * smo.obj  # else the SMO is about to finish
         if smo.status == "max_iter" and smo.it < max_iter and (far or newton is True):
             out = _newton_phase(cache, y, w, lam, smo.gamma, tol, max_bytes // 2)
