@@ -12,6 +12,7 @@ from margindist.datasets import load_dataset
 from margindist.kernels import KernelSpec
 from margindist.models.ldm import LDM
 from margindist.solvers import ldm as ldm_solvers
+from margindist.solvers._gram import KERNEL_ROWS_MAX_WORK
 from margindist.solvers._rows import make_rows
 from margindist.solvers.ldm import (
     ASGDState,
@@ -281,7 +282,7 @@ def test_wide_rule_and_its_limits(rng):
     assert est._resolve_solver(rng.normal(size=(600, 1000)), est._kernel_spec(X)) == "dcd"
     assert not est._on_kernel_rows(rng.normal(size=(600, 500)), est._kernel_spec(X), "dcd")
     big = sp.random(2000, 5000, density=0.02, random_state=np.random.RandomState(1), format="csr")
-    assert big.shape[0] * big.nnz > ldm_module._KERNEL_ROWS_MAX_WORK
+    assert big.shape[0] * big.nnz > KERNEL_ROWS_MAX_WORK
     assert est._resolve_solver(big, est._kernel_spec(big)) == "asgd"
     y3 = np.arange(X.shape[0]) % 3
     kw = dict(C=2.0, tol=1e-8, max_iter=100000, random_state=0)

@@ -60,6 +60,27 @@ def test_lssvm_linear_primal_equals_kernel_kkt(heart, rng):
     np.testing.assert_allclose(est.coef_[0], ridge.coef_, rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+def test_lssvm_wide_linear_problems_on_the_gram_rows_equal_the_primal(rng, sparse):
+    """m <= d: "auto" solves the kernel system on X X^T and returns w = X^T a, the primal
+    ridge solution (called here by the explicit primal solvers), with weights and for three
+    classes (one-vs-one)."""
+    import scipy.sparse as sp
+
+    from margindist.solvers._gram import wide
+
+    X = rng.normal(size=(45, 200)) * (rng.random((45, 200)) < 0.2)
+    y = np.arange(45) % 3
+    s = rng.uniform(0.5, 2.0, size=45)
+    Xin = sp.csr_matrix(X) if sparse else X
+    assert wide(Xin) and not wide(np.vstack([X] * 5))
+    auto = LSSVM(C=2.0).fit(Xin, y, sample_weight=s)
+    primal = LSSVM(C=2.0, solver="cg", tol=1e-13).fit(Xin, y, sample_weight=s)
+    np.testing.assert_allclose(auto.coef_, primal.coef_, atol=1e-8 * np.abs(primal.coef_).max())
+    np.testing.assert_allclose(auto.intercept_, primal.intercept_, atol=1e-8)
+    assert auto.coef_.shape == (3, 200) and not hasattr(auto, "dual_coef_")
+
+
 def test_lssvm_cg_equals_cholesky(heart):
     X, y = heart
     for kernel in ("linear", "rbf"):

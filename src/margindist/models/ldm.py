@@ -31,7 +31,7 @@ from ..solvers.ldm import (
     ldm_dcd_kernel,
     ldm_dcd_linear,
 )
-from ..solvers._gram import gram_work, xt_dot
+from ..solvers._gram import wide, xt_dot
 from ..solvers.ldm_bcd import ldm_bcd_kernel
 
 #: solver="auto" on a linear problem: the dual DCD needs the dense transformed data
@@ -41,20 +41,15 @@ _DCD_MAX_FEATURES = 2000
 _DCD_MAX_BYTES = 2**30
 _DCD_MAX_SAMPLES = 50000
 
-#: solver="auto" on a linear problem with at most as many rows as features takes the kernel
-#: path on the rows of X X^T while they cost at most this many multiply-adds (see :func:`_wide`).
-_KERNEL_ROWS_MAX_WORK = 10**8
-
-
 def _wide(X) -> bool:
     """Whether "auto" solves a linear problem on the rows of X X^T (the kernel path's rule then
-    picks "bcd" or "dcd"): m <= d rows whose linear Gram matrix costs at most
-    :data:`_KERNEL_ROWS_MAX_WORK` (m nnz(X) for CSR X, m^2 d dense). There the exact dual has m
-    variables and an m x m Gram matrix where averaged SGD took hundreds of epochs (its 10^4-step
-    minimum) and the factorised linear dual a (d + 1) x (d + 1) matrix: cornell's word counts
-    (578 x 4134 CSR, 21 one-vs-one problems) 0.18 s against 0.13 s, the paper's grid by
-    LDMCV (147 points, 3 folds) 81 s against 12.7 s."""
-    return X.shape[0] <= X.shape[1] and gram_work(X) <= _KERNEL_ROWS_MAX_WORK
+    picks "bcd" or "dcd"): :func:`margindist.solvers._gram.wide`, m <= d rows whose linear Gram
+    matrix costs at most 1e8 multiply-adds (m nnz(X) for CSR X, m^2 d dense). There the exact
+    dual has m variables and an m x m Gram matrix where averaged SGD took hundreds of epochs
+    (its 10^4-step minimum) and the factorised linear dual a (d + 1) x (d + 1) matrix:
+    cornell's word counts (578 x 4134 CSR, 21 one-vs-one problems) 0.18 s against 0.13 s, the
+    paper's grid by LDMCV (147 points, 3 folds) 81 s against 12.7 s."""
+    return wide(X)
 
 
 #: Root-mean-square row norms the linear defaults serve (FeatureScaleWarning outside).

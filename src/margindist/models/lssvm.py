@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from numbers import Integral, Real
 
+import numpy as np
 import scipy.sparse as sp
 from sklearn.utils._param_validation import Interval, StrOptions
 
@@ -19,6 +20,7 @@ from .._params import (
     VERBOSE,
 )
 from ..kernels import kernel_matrix
+from ..solvers._gram import wide, xt_dot
 from ..solvers.lssvm import lssvm_kernel, lssvm_linear
 
 #: "auto" switches from direct factorisations to conjugate gradients above these sizes (kernel:
@@ -70,7 +72,9 @@ class LSSVM(BaseMarginClassifier):
         How ``kernel_approximation`` draws its landmarks (with ``random_state``): uniformly,
         or by k-means++ seeding in the input space, weighted by the sample weights.
     solver : {"auto", "cholesky", "cg"}, default="auto"
-        "auto": linear, Cholesky for up to 2000 features, else CG; kernel, Cholesky for up
+        "auto": linear, the kernel system on X X^T for at most as many rows as features (for
+        CSR X while those rows cost at most 1e8 multiply-adds; the model stays linear), else
+        Cholesky for up to 2000 features, else CG; kernel, Cholesky for up
         to 1500 samples, CG above 5000, and in between CG that gives way to Cholesky as soon
         as its rate of convergence predicts more than m / 50 iterations (the break-even on
         one core; large C): 5000 rows of magic at C = 1 in 0.31 s instead of 1.44 s, at C = 100
@@ -197,12 +201,30 @@ class LSSVM(BaseMarginClassifier):
     def _factorised_order(self, X, spec):
         if spec is not None and not spec.is_linear and self._kernel_solver(X.shape[0]) == "cg":
             return X.shape[1]  # kernel products and a preconditioner on at most 500 landmarks
+        if spec is not None and spec.is_linear and self.solver == "auto" and wide(X):
+            return X.shape[0]  # the m x m linear Gram matrix
         return super()._factorised_order(X, spec)
+
+    def _fit_wide(self, problem, log):
+        """A wide linear problem (:func:`~margindist.solvers._gram.wide`) by the kernel system
+        on X X^T (m + 1 unknowns, not d + 1), returned as the linear model w = X^T a: the same
+        solution. cornell's words (578 x 4134 CSR, 21 one-vs-one pairs): 0.19 s by CG in the
+        primal, whose system is ill-conditioned there (up to 222 iterations a pair)."""
+        X, m = problem.X, problem.X.shape[0]
+        solver = self._kernel_solver(m)
+        log.info("LSSVM linear, %s on the %d x %d linear Gram matrix (d=%d)", solver, m, m, X.shape[1])
+        res = lssvm_kernel(problem.kernel, X, problem.y, problem.sample_weight, self.C, solver=solver,
+                           tol=self.tol, max_iter=self.max_iter, max_bytes=int(self.cache_size * 2**20), log=log)
+        a = res.coef
+        w = np.asarray(X.T @ a, dtype=np.float64).ravel() if sp.issparse(X) else xt_dot(X, a)
+        return BinaryModel(coef=w, intercept=res.b, n_iter=res.n_iter)
 
     def _fit_binary(self, problem):
         X, y, sample_weight, kernel = problem.X, problem.y, problem.sample_weight, problem.kernel
         log = get_logger(self.verbose)
         m, d = X.shape
+        if kernel.is_linear and self.solver == "auto" and wide(X):
+            return self._fit_wide(problem, log)
         if kernel.is_linear:
             solver = self.solver
             if solver == "auto":

@@ -19,8 +19,8 @@ from scipy.linalg import blas
 
 from ..kernels import TILE_ADD, _chunk_rows, row_tile1, row_tile8
 
-__all__ = ["BLOCK_BYTES", "column_spreads", "float64_blocks", "gram_work", "lower_to_full", "sym_dot",
-           "sym_rows", "weighted_gram", "x_dot", "xt_dot"]
+__all__ = ["BLOCK_BYTES", "KERNEL_ROWS_MAX_WORK", "column_spreads", "float64_blocks", "gram_work", "lower_to_full",
+           "sym_dot", "sym_rows", "weighted_gram", "wide", "x_dot", "xt_dot"]
 
 #: Bytes of one float64 block of rows: small enough to stay in cache between its conversion and
 #: its product (50 000 x 1000 float32 rows, one thread: X v in 19 ms by blocks of 4 MiB, 79 ms
@@ -41,6 +41,18 @@ def gram_work(X) -> int:
     for dense X (the price a dual solver on kernel rows pays for a linear problem)."""
     m, d = X.shape
     return m * (X.nnz if sp.issparse(X) else m * d)
+
+
+#: A linear problem counts as :func:`wide` while the rows of X X^T cost at most this many
+#: multiply-adds.
+KERNEL_ROWS_MAX_WORK = 10**8
+
+
+def wide(X, max_work=KERNEL_ROWS_MAX_WORK) -> bool:
+    """Whether a linear problem is better solved on the rows of X X^T (its dual over m
+    variables, the model w = X^T a): at most as many rows as features, and those rows cost
+    at most ``max_work`` (:func:`gram_work`)."""
+    return X.shape[0] <= X.shape[1] and gram_work(X) <= max_work
 
 
 def x_dot(X, v, *, max_bytes=BLOCK_BYTES) -> np.ndarray:
