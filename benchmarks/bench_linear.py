@@ -7,7 +7,7 @@ Rows (``--rows``; the data of ``bench_defaults.py``):
 * ``large_sparse``: 2M x 200k float32 CSR, 20 non-zeros a row, about 40M non-zeros
   (quick: 40k x 20k);
 * ``cornell``: the raw word features of cornell as CSR (827 x 4134, 7 classes; a random 70/30
-  split, needs ``MARGINDIST_DATA``), M3SVM, LDM and KMOMD (wide problems: their solvers on
+  split, needs ``MARGINDIST_DATA``), M3SVM, LDM, LSSVM and KMOMD (wide problems: their solvers on
   kernel rows) against ``LinearSVC(multi_class="crammer_singer")`` (the native multi-class SVM).
 
 Each estimator is fitted at its defaults (ODM's ``lam="auto"`` is LinearSVC's C = 1 exactly; the
@@ -83,7 +83,7 @@ def cornell(quick):
 ROWS = {"dense": dense, "sparse": sparse, "large_sparse": large_sparse, "cornell": cornell}
 #: Rows with another peer than LinearSVC() and the estimators they run (all others: every one).
 PEERS = {"cornell": lambda: LinearSVC(multi_class="crammer_singer")}
-ROW_ESTIMATORS = {"cornell": ("M3SVM", "LDM", "KMOMD(linear)")}
+ROW_ESTIMATORS = {"cornell": ("M3SVM", "LDM", "LSSVM", "KMOMD(linear)")}
 
 
 # ----------------------------------------------------------------------------- measuring
