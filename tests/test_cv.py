@@ -297,9 +297,8 @@ def test_one_vs_one_pairs_keep_their_kernel_rows_for_the_grid_points_of_a_fold(c
 
 
 def test_one_vs_one_pairs_on_their_distinct_rows_and_on_all_rows_in_one_search():
-    """KMOMD solves on the distinct (x, y) pairs at lam > 0 and on all rows at lam = 0: the
-    kernel rows a pair keeps for one are never handed to the other (they are kept apart by
-    their number of rows), and the search scores as separate fits do."""
+    """KMOMD solves on the distinct (x, y) pairs at lam > 0 and on all rows at lam = 0: a search
+    that mixes both, with the pairs keeping their kernel rows, scores as separate fits do."""
     X, y = make_classification(n_samples=60, n_features=4, n_informative=3, n_redundant=0, n_classes=3,
                                random_state=1)
     X, y = np.vstack([X] * 3), np.r_[y, y, y]  # each pair three times

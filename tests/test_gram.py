@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from margindist.solvers._gram import column_spreads, sym_dot, weighted_gram, x_dot, xt_dot
+from margindist.solvers._gram import column_spreads, row_gram, sym_dot, weighted_gram, x_dot, xt_dot
 
 
 def _data(dtype, sparse, seed=0):
@@ -38,6 +38,10 @@ def test_products_equal_float64_numpy(dtype, sparse, max_bytes):
     # the diagonal alone, without the d x d product
     np.testing.assert_allclose(column_spreads(X, s, max_bytes=max_bytes), s @ Xf**2, rtol=1e-12)
     np.testing.assert_allclose(column_spreads(X, s, c, max_bytes=max_bytes), (s @ Xc**2), rtol=1e-9)
+    # the row side: X X^T, dense rows by blocks of columns (here of 103 x 1 at the small budget)
+    K = row_gram(X, max_bytes=max_bytes // 7 if max_bytes < 2**20 else max_bytes)
+    np.testing.assert_allclose(K, Xf @ Xf.T, rtol=1e-12, atol=1e-10)
+    assert K.dtype == np.float64 and K.shape == (103, 103)
 
 
 def test_centring_leaves_float64_input_unchanged():

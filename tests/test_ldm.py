@@ -12,7 +12,7 @@ from margindist.datasets import load_dataset
 from margindist.kernels import KernelSpec
 from margindist.models.ldm import LDM
 from margindist.solvers import ldm as ldm_solvers
-from margindist.solvers._gram import KERNEL_ROWS_MAX_WORK
+from margindist.solvers._gram import KERNEL_ROWS_MAX_WORK, wide
 from margindist.solvers._rows import make_rows
 from margindist.solvers.ldm import (
     ASGDState,
@@ -269,16 +269,14 @@ def test_wide_rule_and_its_limits(rng):
     data whose Gram rows cost more keep averaged SGD; wide dense data within the cap leave
     the (d + 1) x (d + 1) factorisation. The multi-class model (one-vs-one, CSR) is the same
     as on the dense rows."""
-    from margindist.models import ldm as ldm_module
-
     est = LDM()
     X, y = _wide_sparse(rng)
     assert est._resolve_solver(X, est._kernel_spec(X)) in ("bcd", "dcd")
     tall = sp.vstack([X] * 4).tocsr()
     assert est._resolve_solver(tall, est._kernel_spec(tall)) == "asgd"
-    assert ldm_module._wide(X.toarray())
-    assert ldm_module._wide(rng.normal(size=(20, 1000)))
-    assert not ldm_module._wide(rng.normal(size=(600, 1000)))  # 3.6e8 multiply-adds
+    assert wide(X.toarray())
+    assert wide(rng.normal(size=(20, 1000)))
+    assert not wide(rng.normal(size=(600, 1000)))  # 3.6e8 multiply-adds
     assert est._resolve_solver(rng.normal(size=(600, 1000)), est._kernel_spec(X)) == "dcd"
     assert not est._on_kernel_rows(rng.normal(size=(600, 500)), est._kernel_spec(X), "dcd")
     big = sp.random(2000, 5000, density=0.02, random_state=np.random.RandomState(1), format="csr")

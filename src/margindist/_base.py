@@ -402,8 +402,8 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         parent = None if problem is None or problem.rows is None else problem.parent
         if parent is None or kernel.kind == "precomputed" or not self._shares_set_up(parent):
             return "kernel rows", X
-        counts = np.bincount(self._shared_data.y_index).astype(np.float64)
-        pairs = sum((counts[k] + counts[l]) ** 2 for k in range(counts.size) for l in range(k + 1, counts.size))
+        n = np.bincount(self._shared_data.y_index).astype(np.float64)
+        pairs = (n.size - 2) * (n @ n) + n.sum() ** 2  # sum over pairs k < l of (n_k + n_l)^2
         _, budget, dtype = self._rows_key(kernel)
         if pairs * np.dtype(dtype).itemsize > budget:
             return "kernel rows", X

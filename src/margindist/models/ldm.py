@@ -41,17 +41,6 @@ _DCD_MAX_FEATURES = 2000
 _DCD_MAX_BYTES = 2**30
 _DCD_MAX_SAMPLES = 50000
 
-def _wide(X) -> bool:
-    """Whether "auto" solves a linear problem on the rows of X X^T (the kernel path's rule then
-    picks "bcd" or "dcd"): :func:`margindist.solvers._gram.wide`, m <= d rows whose linear Gram
-    matrix costs at most 1e8 multiply-adds (m nnz(X) for CSR X, m^2 d dense). There the exact
-    dual has m variables and an m x m Gram matrix where averaged SGD took hundreds of epochs
-    (its 10^4-step minimum) and the factorised linear dual a (d + 1) x (d + 1) matrix:
-    cornell's word counts (578 x 4134 CSR, 21 one-vs-one problems) 0.18 s against 0.13 s, the
-    paper's grid by LDMCV (147 points, 3 folds) 81 s against 12.7 s."""
-    return wide(X)
-
-
 #: Root-mean-square row norms the linear defaults serve (FeatureScaleWarning outside).
 _DCD_ROW_RANGE = (1e-1, 1e5)
 _ASGD_ROW_RANGE = (1e-1, 1e2)
@@ -358,7 +347,11 @@ class LDM(BaseMarginClassifier):
         if solver == "bcd" and self.kernel != "linear":  # Nyström features: the linear choice
             solver = "auto"
         if solver == "auto":
-            if _wide(X):
+            # m <= d rows with cheap Gram rows: the exact dual has m variables, where averaged SGD
+            # took hundreds of epochs (its 10^4-step minimum) and the factorised linear dual a
+            # (d + 1) x (d + 1) matrix (cornell's words, 21 one-vs-one pairs: 0.18 s against
+            # 0.13 s; LDMCV over the paper's grid, 3 folds, 81 s against 12.7 s)
+            if wide(X):
                 return self._kernel_rule(X, kernel)
             fits = (not sp.issparse(X) and d + 1 <= _DCD_MAX_FEATURES and m <= _DCD_MAX_SAMPLES
                     and 3 * 8 * m * (d + 1) <= _DCD_MAX_BYTES)
@@ -498,8 +491,7 @@ class LDM(BaseMarginClassifier):
     def _as_linear(self, model, problem):
         """A kernel-path model on the linear kernel as the linear model w = X^T a (the intercept
         is already B^2 sum a, the weight B sum a of the constant feature times B)."""
-        X, a = problem.X, model.dual_coef
-        w = np.asarray(X.T @ a, dtype=np.float64).ravel() if sp.issparse(X) else xt_dot(X, a)
+        w = xt_dot(problem.X, model.dual_coef)
         state = self._linear_state(model.extra["warm"], w, model.intercept, problem)
         return BinaryModel(coef=w, intercept=model.intercept, n_iter=model.n_iter, extra={"warm": state})
 

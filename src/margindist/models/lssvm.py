@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from numbers import Integral, Real
 
-import numpy as np
 import scipy.sparse as sp
 from sklearn.utils._param_validation import Interval, StrOptions
 
@@ -215,9 +214,7 @@ class LSSVM(BaseMarginClassifier):
         log.info("LSSVM linear, %s on the %d x %d linear Gram matrix (d=%d)", solver, m, m, X.shape[1])
         res = lssvm_kernel(problem.kernel, X, problem.y, problem.sample_weight, self.C, solver=solver,
                            tol=self.tol, max_iter=self.max_iter, max_bytes=int(self.cache_size * 2**20), log=log)
-        a = res.coef
-        w = np.asarray(X.T @ a, dtype=np.float64).ravel() if sp.issparse(X) else xt_dot(X, a)
-        return BinaryModel(coef=w, intercept=res.b, n_iter=res.n_iter)
+        return BinaryModel(coef=xt_dot(X, res.coef), intercept=res.b, n_iter=res.n_iter)
 
     def _fit_binary(self, problem):
         X, y, sample_weight, kernel = problem.X, problem.y, problem.sample_weight, problem.kernel

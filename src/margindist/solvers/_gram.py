@@ -20,7 +20,7 @@ from scipy.linalg import blas
 from ..kernels import TILE_ADD, _chunk_rows, row_tile1, row_tile8
 
 __all__ = ["BLOCK_BYTES", "KERNEL_ROWS_MAX_WORK", "column_spreads", "float64_blocks", "gram_work", "lower_to_full",
-           "sym_dot", "sym_rows", "weighted_gram", "wide", "x_dot", "xt_dot"]
+           "row_gram", "sym_dot", "sym_rows", "weighted_gram", "wide", "x_dot", "xt_dot"]
 
 #: Bytes of one float64 block of rows: small enough to stay in cache between its conversion and
 #: its product (50 000 x 1000 float32 rows, one thread: X v in 19 ms by blocks of 4 MiB, 79 ms
@@ -174,6 +174,21 @@ def weighted_gram(X, s, center=None, *, max_bytes=BLOCK_BYTES) -> np.ndarray:
         if center is not None:
             B = B - center  # a new block: B may be a view of float64 X
         G += B.T @ (B * s[start:stop, None])
+    return G
+
+
+def row_gram(X, *, max_bytes=BLOCK_BYTES) -> np.ndarray:
+    """X X^T in float64 (n x n), for few rows: CSR through SciPy, dense rows by blocks of
+    columns cast one at a time (no float64 copy of float32 X)."""
+    if sp.issparse(X):
+        Xf = sp.csr_matrix(X, dtype=np.float64)
+        return np.asarray((Xf @ Xf.T).toarray())
+    n, d = X.shape
+    step = max(1, int(max_bytes) // (8 * max(n, 1)))
+    G = np.zeros((n, n))
+    for j in range(0, d, step):
+        B = np.asarray(X[:, j : j + step], dtype=np.float64)
+        G += B @ B.T
     return G
 
 

@@ -51,6 +51,7 @@ from ..losses import (
     catoni_wide_psi,
     catoni_wide_rho,
 )
+from ._gram import row_gram
 from ._result import SolverResult
 from ._rows import make_rows, row_axpy, row_axpy2, row_dot, row_dot_sq, rows_dot
 
@@ -243,21 +244,6 @@ def _top_eigenvalue(G, margin):
     return float(np.linalg.eigvalsh(G)[-1]) * (1.0 + margin)
 
 
-def _row_gram(X, block_bytes=4 * 2**20):
-    """X X^T in float64 (n x n) for few rows: CSR through SciPy, dense by blocks of columns
-    cast one at a time (no float64 copy of float32 X)."""
-    if sp.issparse(X):
-        Xf = sp.csr_matrix(X, dtype=np.float64)
-        return np.asarray((Xf @ Xf.T).toarray())
-    n, d = X.shape
-    step = max(1, block_bytes // (8 * max(n, 1)))
-    G = np.zeros((n, n))
-    for j in range(0, d, step):
-        B = np.asarray(X[:, j : j + step], dtype=np.float64)
-        G += B @ B.T
-    return G
-
-
 def weighted_op_norm_sq(X, weights, fit_intercept, gram=None):
     """||diag(sqrt(weights)) [X, 1]||_op^2 (the column of ones only with ``fit_intercept``).
 
@@ -274,7 +260,7 @@ def weighted_op_norm_sq(X, weights, fit_intercept, gram=None):
         G = weighted_gram(X, w, fit_intercept) if gram is None else gram
         return _top_eigenvalue(G, 1e-12)
     if n <= 500:  # a few wide rows: the same top eigenvalue, from the smaller side
-        G = _row_gram(X) + float(bool(fit_intercept))
+        G = row_gram(X) + float(bool(fit_intercept))
         return _top_eigenvalue(sq[:, None] * G * sq[None, :], 1e-12)
 
     # float32 X through the row loops (NumPy / SciPy would upcast a copy of X at every product)
