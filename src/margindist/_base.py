@@ -227,18 +227,22 @@ def approximation_components(estimator, kernel: KernelSpec | None, m: int) -> in
     kernel path.
 
     ``kernel_approximation``: None (exact), an int (that many landmarks, at most the rows), or
-    ``"auto"``: exact while the m x m float64 Gram matrix fits the estimator's
-    ``cache_size``, else :data:`AUTO_COMPONENTS` landmarks.
-    The linear kernel is always exact.
+    ``"auto"``: exact while the exact path's m x m float64 arrays (the estimator's
+    ``_exact_kernel_arrays`` of them) fit its budget (``_auto_budget_mib()``: ``cache_size``),
+    else :data:`AUTO_COMPONENTS` landmarks. The linear kernel is always exact, and so is ``"auto"`` with a precomputed
+    kernel (its m x m matrix is the user's); an int with one raises.
     """
     value = getattr(estimator, "kernel_approximation", None)
     if value is None or kernel is None or kernel.is_linear:
         return None
     if kernel.kind == "precomputed":
+        if value == "auto":  # the user's m x m Gram matrix is at hand: the exact path
+            return None
         raise ValueError("kernel_approximation needs the features: it cannot be used with kernel='precomputed'; "
                          "use kernel_approximation=None.")
     if value == "auto":
-        return None if 8.0 * m * m <= estimator.cache_size * 2**20 else min(AUTO_COMPONENTS, m)
+        need = 8.0 * estimator._exact_kernel_arrays * m * m
+        return None if need <= estimator._auto_budget_mib() * 2**20 else min(AUTO_COMPONENTS, m)
     return min(int(value), m)
 
 
@@ -347,6 +351,14 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
     #: sample (the same decision function): their sub-problems with repeated (x_i, y_i) pairs
     #: are solved on the distinct pairs (:meth:`_distinct_pairs`).
     _weights_are_copies = False
+    #: The m x m float64 arrays that the exact kernel path of a sub-problem of m rows holds at
+    #: once (its Gram matrix; two for a method that also keeps a factorisation), by which
+    #: ``kernel_approximation="auto"`` judges whether the exact path fits ``cache_size``.
+    _exact_kernel_arrays = 1
+
+    def _auto_budget_mib(self) -> float:
+        """MiB that ``kernel_approximation="auto"`` allows the exact path's m x m arrays."""
+        return self.cache_size
 
     # ------------------------------------------------------------------ hooks
     def _fit_binary(self, problem: BinaryProblem) -> BinaryModel:  # pragma: no cover
@@ -775,9 +787,11 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
             nmap, Z = full
         else:
             nmap, Z = self._nystroem_features(problem.kernel, X, problem.sample_weight, n_comp, problem.seed)
+        why = "" if self.kernel_approximation != "auto" else (
+            f"; the exact path's {self._exact_kernel_arrays} m x m array(s) would exceed {self._auto_budget_mib():g} MiB")
         get_logger(getattr(self, "verbose", 0)).info(
-            "%s: Nyström approximation with %d landmarks of %d rows (kernel_approximation=%r)",
-            type(self).__name__, nmap.landmarks.size, X.shape[0], self.kernel_approximation)
+            "%s: Nyström approximation with %d landmarks of %d rows (kernel_approximation=%r%s)",
+            type(self).__name__, nmap.landmarks.size, X.shape[0], self.kernel_approximation, why)
         model = self._fit_binary(replace(problem, X=Z, kernel=LINEAR_KERNEL, warm=None, shared=None, parent=None))
         # a method that solved the linear problem in its dual form returns w = Z^T a
         w = model.coef if model.coef is not None else Z.T @ model.dual_coef

@@ -37,6 +37,10 @@ __all__ = ["MSVMAv"]
 _INTERCEPT_ROW_RANGE = (1e-2, 1e2)
 
 
+#: MiB of ``cache_size`` (the factorisation cache, and the exact path's budget under "auto").
+_DEFAULT_CACHE_MIB = 500
+
+
 class MSVMAv(BaseMarginClassifier):
     """MSVMAv: maximise the average margin and minimise the margin semi-variance.
 
@@ -218,12 +222,16 @@ class MSVMAv(BaseMarginClassifier):
         beta (a - a')^T (I + K) (a - a') as printed; "rkhs" is beta (a - a')^T K (a - a'), the
         exact kernelisation of the linear step (the I term of the paper adds a ridge on the
         coefficients, so with "paper" a linear kernel gives a slightly different model).
-    kernel_approximation : int, "auto" or None, default=None
+    kernel_approximation : int, "auto" or None, default="auto"
         None: the exact kernel model. An int k: the method's own linear solver on the Nyström
         features of k landmark rows of each sub-problem, stored as a kernel expansion over the
         landmarks (the exact model when every row is one, with ``kernel_prox="rkhs"``).
-        ``"auto"``: exact while the m x m Gram matrix fits ``cache_size``, else 1000
-        landmarks. Ignored for the linear kernel; not with ``kernel="precomputed"``. See "Kernel approximation" on the hyperparameters page.
+        ``"auto"``: the exact model while its two m x m float64 arrays (K and the inverse of
+        diag(1/s) + K: 16 m^2 bytes for a sub-problem of m rows) fit ``cache_size`` (up to
+        5724 rows at the default 500 MiB), else 1000 landmarks, said in the log. The exact
+        path has no bound on its memory (m = 20 000 needs 6.4 GB and an O(m^3)
+        factorisation): None asks for it at any size. Ignored for the linear kernel; an int
+        not with ``kernel="precomputed"`` ("auto" is exact there). See "Kernel approximation" on the hyperparameters page.
     landmarks : {"uniform", "kmeans++"}, default="uniform"
         How ``kernel_approximation`` draws its landmarks (with ``random_state``): uniformly,
         or by k-means++ seeding in the input space, weighted by the sample weights.
@@ -232,7 +240,8 @@ class MSVMAv(BaseMarginClassifier):
         K, or an eigendecomposition; least recently used first out) that one ``fit`` holds:
         its one-vs-rest sub-problems on the same weights share the O(m^3) factorisation. The
         cache is dropped when ``fit`` returns. 0 disables it. Not used when ``factor_cache``
-        is given.
+        is given. Also the budget of ``kernel_approximation="auto"`` (0, no cache, leaves it at
+        500).
     factor_cache : FactorCache, default=None
         A :class:`margindist.solvers.msvmav.FactorCache` shared across fits: another
         (alpha, beta) of a grid search on the same data, kernel and weights reuses the
@@ -339,6 +348,13 @@ class MSVMAv(BaseMarginClassifier):
     True
     """
 
+    #: the exact kernel path holds K and the inverse of diag(1/s) + K (``kernel_approximation="auto"``)
+    _exact_kernel_arrays = 2
+
+    def _auto_budget_mib(self) -> float:
+        # cache_size=0 turns the factorisation cache off, not the exact path: the default budget
+        return self.cache_size or _DEFAULT_CACHE_MIB
+
     @property
     def _expected_failed_checks(self):
         if self.kernel != "linear" or self.alpha == "scale":  # the kernel paths and alpha="scale" pass it
@@ -378,8 +394,8 @@ class MSVMAv(BaseMarginClassifier):
 
     def __init__(self, alpha="scale", beta="scale", kernel="linear", gamma="scale", degree=3, coef0=0.0,
                  max_iter=1000, tol=1e-6, solver="auto", fit_intercept=True, update="auto", refresh_every=None,
-                 return_best=True, dual="auto", kernel_prox="paper", kernel_approximation=None, landmarks="uniform",
-                 cache_size=500, factor_cache=None, class_weight=None, multi_class="ovo", n_jobs=None,
+                 return_best=True, dual="auto", kernel_prox="paper", kernel_approximation="auto", landmarks="uniform",
+                 cache_size=_DEFAULT_CACHE_MIB, factor_cache=None, class_weight=None, multi_class="ovo", n_jobs=None,
                  random_state=None,
                  verbose=0, device=None):
         self.alpha = alpha
