@@ -44,6 +44,19 @@ def test_products_equal_float64_numpy(dtype, sparse, max_bytes):
     assert K.dtype == np.float64 and K.shape == (103, 103)
 
 
+
+@pytest.mark.parametrize("order", ["C", "F"])  # C: the compiled pass; F: cast blocks and BLAS
+def test_float32_products_of_several_vectors(order):
+    rng = np.random.default_rng(3)
+    X = np.array(rng.normal(size=(301, 37)), dtype=np.float32, order=order)
+    Xf = X.astype(np.float64)
+    V, T = rng.normal(size=(37, 3)), rng.normal(size=(301, 2))
+    T[::3] = 0.0  # rows that add nothing
+    for a, b in ((x_dot(X, V), Xf @ V), (x_dot(X, V[:, 0]), Xf @ V[:, 0]),
+                 (xt_dot(X, T), Xf.T @ T), (xt_dot(X, T[:, 1]), Xf.T @ T[:, 1])):
+        assert a.dtype == np.float64 and a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13 * np.abs(b).max())
+
 def test_centring_leaves_float64_input_unchanged():
     X, _, s = _data(np.float64, False)
     before = X.copy()
