@@ -418,7 +418,7 @@ def test_bad_parameters_raise(bad):
 
 def test_inconsistent_options_raise():
     X, y = _scaled("wdbc", n=50)
-    with pytest.raises(ValueError, match="dual=False"):
+    with pytest.raises(ValueError, match="dual=False needs kernel=.linear. or the Nystrom path"):
         MSVMAv(kernel="rbf", dual=False).fit(X, y)
     K = rbf_kernel(X)
     with pytest.raises(ValueError, match="kernel_approximation"):

@@ -229,8 +229,9 @@ def approximation_components(estimator, kernel: KernelSpec | None, m: int) -> in
     ``kernel_approximation``: None (exact), an int (that many landmarks, at most the rows), or
     ``"auto"``: exact while the exact path's m x m float64 arrays (the estimator's
     ``_exact_kernel_arrays`` of them) fit its budget (``_auto_budget_mib()``: ``cache_size``),
-    else :data:`AUTO_COMPONENTS` landmarks. The linear kernel is always exact, and so is ``"auto"`` with a precomputed
-    kernel (its m x m matrix is the user's); an int with one raises.
+    else :data:`AUTO_COMPONENTS` landmarks. The linear kernel is always exact, and so is
+    ``"auto"`` with a precomputed kernel (its m x m matrix is the user's); an int with one
+    raises.
     """
     value = getattr(estimator, "kernel_approximation", None)
     if value is None or kernel is None or kernel.is_linear:
@@ -788,7 +789,8 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         else:
             nmap, Z = self._nystroem_features(problem.kernel, X, problem.sample_weight, n_comp, problem.seed)
         why = "" if self.kernel_approximation != "auto" else (
-            f"; the exact path's {self._exact_kernel_arrays} m x m array(s) would exceed {self._auto_budget_mib():g} MiB")
+            f"; the exact path's {self._exact_kernel_arrays} m x m array(s) would exceed "
+            f"{self._auto_budget_mib():g} MiB")
         get_logger(getattr(self, "verbose", 0)).info(
             "%s: Nyström approximation with %d landmarks of %d rows (kernel_approximation=%r%s)",
             type(self).__name__, nmap.landmarks.size, X.shape[0], self.kernel_approximation, why)

@@ -469,7 +469,8 @@ class MSVMAv(BaseMarginClassifier):
         if not use_kernel:
             if not kernel.is_linear:
                 raise ValueError(
-                    f"dual=False needs kernel='linear' or kernel_approximation; got kernel={self.kernel!r}."
+                    f"dual=False needs kernel='linear' or the Nystrom path (an int kernel_approximation; "
+                    f"'auto' is exact on {X.shape[0]} rows); got kernel={self.kernel!r}."
                 )
             log.info("MSVMAv linear path: n=%d d=%d update=%s", X.shape[0], X.shape[1], self.update)
             alpha, beta = msvmav_alpha_beta(self.alpha, self.beta, X, y, sample_weight, self.fit_intercept)
