@@ -44,7 +44,6 @@ def test_products_equal_float64_numpy(dtype, sparse, max_bytes):
     assert K.dtype == np.float64 and K.shape == (103, 103)
 
 
-
 @pytest.mark.parametrize("order", ["C", "F"])  # C: the compiled pass; F: cast blocks and BLAS
 def test_float32_products_of_several_vectors(order):
     rng = np.random.default_rng(3)
@@ -56,6 +55,7 @@ def test_float32_products_of_several_vectors(order):
                  (xt_dot(X, T), Xf.T @ T), (xt_dot(X, T[:, 1]), Xf.T @ T[:, 1])):
         assert a.dtype == np.float64 and a.shape == b.shape
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13 * np.abs(b).max())
+
 
 def test_centring_leaves_float64_input_unchanged():
     X, _, s = _data(np.float64, False)

@@ -95,16 +95,22 @@ def _compiled_f32(X) -> bool:
     return X.dtype == np.float32 and X.flags.c_contiguous
 
 
+def _f32_product(kernel, X, v, n_out):
+    """``kernel`` (:func:`_f32_dot` or :func:`_f32_tdot`) on the columns of v (1-D or 2-D), laid
+    out as the rows it reads; the result has v's number of dimensions."""
+    VT = np.ascontiguousarray(v.reshape(v.shape[0], -1).T)
+    outT = np.empty((VT.shape[0], n_out))
+    kernel(X, VT, outT)
+    return outT[0] if v.ndim == 1 else np.ascontiguousarray(outT.T)
+
+
 def x_dot(X, v, *, max_bytes=BLOCK_BYTES) -> np.ndarray:
     """X v in float64: shape (n,) for v of shape (d,), (n, q) for v of shape (d, q)."""
     v = np.asarray(v, dtype=np.float64)
     if sp.issparse(X) or X.dtype == np.float64:
         return np.asarray(X @ v, dtype=np.float64)
     if _compiled_f32(X):
-        VT = np.ascontiguousarray(v.reshape(X.shape[1], -1).T)
-        outT = np.empty((VT.shape[0], X.shape[0]))
-        _f32_dot(X, VT, outT)
-        return outT[0] if v.ndim == 1 else np.ascontiguousarray(outT.T)
+        return _f32_product(_f32_dot, X, v, X.shape[0])
     out = np.empty((X.shape[0],) + v.shape[1:])
     for start, stop, B in float64_blocks(X, max_bytes):
         out[start:stop] = B @ v
@@ -117,10 +123,7 @@ def xt_dot(X, v, *, max_bytes=BLOCK_BYTES) -> np.ndarray:
     if sp.issparse(X) or X.dtype == np.float64:
         return np.asarray(X.T @ v, dtype=np.float64)
     if _compiled_f32(X):
-        TT = np.ascontiguousarray(v.reshape(X.shape[0], -1).T)
-        outT = np.empty((TT.shape[0], X.shape[1]))
-        _f32_tdot(X, TT, outT)
-        return outT[0] if v.ndim == 1 else np.ascontiguousarray(outT.T)
+        return _f32_product(_f32_tdot, X, v, X.shape[1])
     out = np.zeros((X.shape[1],) + v.shape[1:])
     for start, stop, B in float64_blocks(X, max_bytes):
         out += B.T @ v[start:stop]
