@@ -60,6 +60,14 @@ def _unsorted_csr(X):
     return B
 
 
+def _int64_csr(X):
+    """The CSR matrix of X with int64 indices and pointers (read through unsigned casts in the
+    compiled loops, as the int32 ones)."""
+    A = sp.csr_matrix(X)
+    A.indices, A.indptr = A.indices.astype(np.int64), A.indptr.astype(np.int64)
+    return A
+
+
 def _data(rng, dtype):
     X = rng.normal(size=(30, 7)).astype(dtype)
     X[rng.random(X.shape) < 0.5] = 0
@@ -68,11 +76,11 @@ def _data(rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("form", ["dense", "csr", "csr_unsorted"])
+@pytest.mark.parametrize("form", ["dense", "csr", "csr_unsorted", "csr_int64"])
 @pytest.mark.parametrize("bias", [None, 0.0, 0.7])
 def test_rows_agree_with_numpy(rng, dtype, form, bias):
     X = _data(rng, dtype)
-    Xin = {"dense": X, "csr": sp.csr_matrix(X), "csr_unsorted": _unsorted_csr(X)}[form]
+    Xin = {"dense": X, "csr": sp.csr_matrix(X), "csr_unsorted": _unsorted_csr(X), "csr_int64": _int64_csr(X)}[form]
     rows = make_rows(Xin, bias)
     assert rows.sparse == (form != "dense") and rows.n_features == 7 and rows.has_bias == (bias is not None)
     assert rows.data.dtype == dtype and rows.dense.dtype == dtype  # values read in their own type

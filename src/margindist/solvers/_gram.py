@@ -19,6 +19,7 @@ from numba import njit
 from scipy.linalg import blas
 
 from ..kernels import TILE_ADD, _chunk_rows, row_tile1, row_tile8
+from ._rows import nonneg
 
 __all__ = ["BLOCK_BYTES", "KERNEL_ROWS_MAX_WORK", "column_spreads", "float64_blocks", "gram_work", "lower_to_full",
            "row_gram", "sym_dot", "sym_rows", "weighted_gram", "wide", "x_dot", "xt_dot"]
@@ -250,9 +251,9 @@ def _csr_weighted_squares(indptr, indices, data, s, out):
     """out[j] += sum_i s_i x_ij^2 over the stored entries of CSR rows (float64 sums)."""
     for i in range(indptr.shape[0] - 1):
         si = s[i]
-        for jj in range(indptr[i], indptr[i + 1]):
+        for jj in range(nonneg(indptr[i]), nonneg(indptr[i + 1])):
             v = np.float64(data[jj])
-            out[indices[jj]] += si * v * v
+            out[nonneg(indices[jj])] += si * v * v
 
 
 def column_spreads(X, s, center=None, *, max_bytes=BLOCK_BYTES) -> np.ndarray:

@@ -16,6 +16,9 @@ loop (as a call each costs about as much as a sparse row), so they take the call
 flags: a caller that allows reassociation gets vectorised dense sums, one that does not gets the
 sums in feature order. They read the arrays as ``rows.data[t]``, never binding them to local
 names: a bound array is reference-counted at every call, which made a sparse row 40 % slower.
+CSR positions and column indices go through :func:`nonneg` (unsigned: no wraparound test of
+negative indices), and the bias column is written before a row's loop, not after it (both
+measured; see there and :func:`row_axpy`). Compiled CSR loops elsewhere use :func:`nonneg` too.
 
 Randomness: xorshift64 (Marsaglia 2003) on a uint64 array of length 1 that compiled code advances
 in place; :func:`seed_from` derives its non-zero state from a scikit-learn ``random_state`` (int,
@@ -35,11 +38,12 @@ from collections import namedtuple
 
 import numpy as np
 import scipy.sparse as sp
-from numba import njit
+from numba import njit, uintp
 
 __all__ = [
     "Rows",
     "make_rows",
+    "nonneg",
     "permutation",
     "rng_below",
     "rng_next",
@@ -106,19 +110,26 @@ def row_sq_norms(X, bias=None) -> np.ndarray:
 
 
 @njit(cache=True, inline="always")
+def nonneg(i):
+    """An index known to be non-negative (a CSR position or column index), as an unsigned
+    integer. Indexing with a signed integer makes numba add the array length to negative
+    values (Python's wraparound), a compare and an add at every access; with this cast the
+    loops of the sparse rows ran at SciPy's speed (200k x 50k rows, 10M non-zeros: X v 16.7 ->
+    12.7 ms, X^T u 17.4 -> 14.1 ms, a fused X^T D X v 36.8 -> 22.6 ms)."""
+    return uintp(i)
+
+
+@njit(cache=True, inline="always")
 def row_dot(rows, i, w):
     """<w, xh_i> (float64); w has length d, or d + 1 with the bias column."""
     acc = 0.0
-    d = rows.n_features
     if rows.sparse:
-        for t in range(rows.indptr[i], rows.indptr[i + 1]):
-            acc += w[rows.indices[t]] * rows.data[t]
+        for t in range(nonneg(rows.indptr[i]), nonneg(rows.indptr[i + 1])):
+            acc += w[nonneg(rows.indices[t])] * rows.data[t]
     else:
-        for f in range(d):
+        for f in range(rows.n_features):
             acc += w[f] * rows.dense[i, f]
-    if rows.has_bias:
-        acc += w[d] * rows.bias
-    return acc
+    return acc + (w[rows.n_features] * rows.bias if rows.has_bias else 0.0)
 
 
 @njit(cache=True, inline="always")
@@ -127,9 +138,9 @@ def row_dot_sq(rows, i, w):
     acc = 0.0
     xsq = 0.0
     if rows.sparse:
-        for t in range(rows.indptr[i], rows.indptr[i + 1]):
+        for t in range(nonneg(rows.indptr[i]), nonneg(rows.indptr[i + 1])):
             x = np.float64(rows.data[t])
-            acc += w[rows.indices[t]] * x
+            acc += w[nonneg(rows.indices[t])] * x
             xsq += x * x
     else:
         for f in range(rows.n_features):
@@ -142,35 +153,33 @@ def row_dot_sq(rows, i, w):
 @njit(cache=True, inline="always")
 def row_axpy(rows, i, c, w):
     """w += c xh_i."""
-    d = rows.n_features
+    if rows.has_bias:  # before the row's loop: written after it, it made the sparse loop 50 % slower
+        w[rows.n_features] += c * rows.bias
     if rows.sparse:
-        for t in range(rows.indptr[i], rows.indptr[i + 1]):
-            w[rows.indices[t]] += c * rows.data[t]
+        for t in range(nonneg(rows.indptr[i]), nonneg(rows.indptr[i + 1])):
+            w[nonneg(rows.indices[t])] += c * rows.data[t]
     else:
-        for f in range(d):
+        for f in range(rows.n_features):
             w[f] += c * rows.dense[i, f]
-    if rows.has_bias:
-        w[d] += c * rows.bias
 
 
 @njit(cache=True, inline="always")
 def row_axpy2(rows, i, a, w, b, v):
     """w += a xh_i and v += b xh_i in one pass over row i (each value read once)."""
-    d = rows.n_features
+    if rows.has_bias:  # first, as in row_axpy
+        w[rows.n_features] += a * rows.bias
+        v[rows.n_features] += b * rows.bias
     if rows.sparse:
-        for t in range(rows.indptr[i], rows.indptr[i + 1]):
-            f = rows.indices[t]
+        for t in range(nonneg(rows.indptr[i]), nonneg(rows.indptr[i + 1])):
+            j = nonneg(rows.indices[t])
             x = rows.data[t]
-            w[f] += a * x
-            v[f] += b * x
+            w[j] += a * x
+            v[j] += b * x
     else:
-        for f in range(d):
+        for f in range(rows.n_features):
             x = rows.dense[i, f]
             w[f] += a * x
             v[f] += b * x
-    if rows.has_bias:
-        w[d] += a * rows.bias
-        v[d] += b * rows.bias
 
 
 @njit(cache=True)
@@ -185,7 +194,7 @@ def row_sq_norm(rows, i):
     """||xh_i||^2 (float64)."""
     acc = 0.0
     if rows.sparse:
-        for t in range(rows.indptr[i], rows.indptr[i + 1]):
+        for t in range(nonneg(rows.indptr[i]), nonneg(rows.indptr[i + 1])):
             x = np.float64(rows.data[t])
             acc += x * x
     else:

@@ -78,7 +78,7 @@ from ..kernels import (
 )
 from ._gram import sym_rows
 from ._result import SolverResult
-from ._rows import make_rows, row_axpy, row_dot, row_sq_norms, rows_dot
+from ._rows import make_rows, nonneg, row_axpy, row_dot, row_sq_norms, rows_dot
 from .dcd import _flush
 
 __all__ = [
@@ -281,8 +281,8 @@ def _clear_rows(rows, r, q, delta):
     """delta = 0 after it held a combination of rows r and q (only their entries for CSR rows)."""
     if rows.sparse:
         for i in (r, q):
-            for t in range(rows.indptr[i], rows.indptr[i + 1]):
-                delta[rows.indices[t]] = 0.0
+            for t in range(nonneg(rows.indptr[i]), nonneg(rows.indptr[i + 1])):
+                delta[nonneg(rows.indices[t])] = 0.0
     else:
         delta[:] = 0.0
 

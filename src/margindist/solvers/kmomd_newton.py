@@ -74,7 +74,7 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from ._rows import make_rows, row_axpy, row_axpy2, row_dot, row_sq_norm
+from ._rows import make_rows, nonneg, row_axpy, row_axpy2, row_dot, row_sq_norm
 from .kmomd import KMOMDResult, _check_inputs, _feasible_start, _result, kmomd_linear
 
 __all__ = ["kmomd_newton"]
@@ -226,8 +226,8 @@ def _copy_active_sums(rows, act, ga, wa, pa, indptr, indices, data, acc):
         i = act[k]
         g, ww = ga[k], wa[k]
         c = 0 if pa[k] else 2
-        for t in range(rows.indptr[i], rows.indptr[i + 1]):
-            f = rows.indices[t]
+        for t in range(nonneg(rows.indptr[i]), nonneg(rows.indptr[i + 1])):
+            f = nonneg(rows.indices[t])
             x = rows.data[t]
             acc[f, c] += g * x
             acc[f, c + 1] += ww * x
@@ -257,9 +257,9 @@ def _active_sq(rows, act, wa, out):
     for k in range(act.shape[0]):
         i = act[k]
         if rows.sparse:
-            for q in range(rows.indptr[i], rows.indptr[i + 1]):
+            for q in range(nonneg(rows.indptr[i]), nonneg(rows.indptr[i + 1])):
                 x = np.float64(rows.data[q])
-                out[rows.indices[q]] += wa[k] * x * x
+                out[nonneg(rows.indices[q])] += wa[k] * x * x
         else:
             for f in range(rows.n_features):
                 x = np.float64(rows.dense[i, f])

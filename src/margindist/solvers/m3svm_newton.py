@@ -58,6 +58,7 @@ import scipy.sparse as sp
 from numba import njit
 
 from ..losses import smooth_hinge_scalar
+from ._rows import nonneg
 from .m3svm import (
     M3SVMResult,
     _check_finite,
@@ -242,11 +243,11 @@ def _csr_hvp_binary(indptr, indices, data, D, v, vc, out):
         if D[i] == 0.0:
             continue
         a = vc
-        for jj in range(indptr[i], indptr[i + 1]):
-            a += data[jj] * v[indices[jj]]
+        for jj in range(nonneg(indptr[i]), nonneg(indptr[i + 1])):
+            a += data[jj] * v[nonneg(indices[jj])]
         a *= D[i]
-        for jj in range(indptr[i], indptr[i + 1]):
-            out[indices[jj]] += a * data[jj]
+        for jj in range(nonneg(indptr[i]), nonneg(indptr[i + 1])):
+            out[nonneg(indices[jj])] += a * data[jj]
         acc += a
     return acc
 
@@ -268,8 +269,8 @@ def _csr_weighted_sq_colsum(indptr, indices, data, D, out):
     """out_j = sum_i D_i x_ij^2 (the diagonal of X^T D X) for CSR X."""
     out[:] = 0.0
     for i in range(indptr.shape[0] - 1):
-        for jj in range(indptr[i], indptr[i + 1]):
-            out[indices[jj]] += D[i] * data[jj] * data[jj]
+        for jj in range(nonneg(indptr[i]), nonneg(indptr[i + 1])):
+            out[nonneg(indices[jj])] += D[i] * data[jj] * data[jj]
 
 
 # ---------------------------------------------------------------------------- binary problem
@@ -580,15 +581,15 @@ def _csr_hvp_multi(indptr, indices, data, VT, vb, C, Q, out):
     for i in range(indptr.shape[0] - 1):
         for k in range(K):
             a[k] = vb[k]
-        for jj in range(indptr[i], indptr[i + 1]):
+        for jj in range(nonneg(indptr[i]), nonneg(indptr[i + 1])):
             x = data[jj]
-            j = indices[jj]
+            j = nonneg(indices[jj])
             for k in range(K):
                 a[k] += x * VT[j, k]
         _apply_row_hessian(C, Q, i, a, h)
-        for jj in range(indptr[i], indptr[i + 1]):
+        for jj in range(nonneg(indptr[i]), nonneg(indptr[i + 1])):
             x = data[jj]
-            j = indices[jj]
+            j = nonneg(indices[jj])
             for k in range(K):
                 out[j, k] += x * h[k]
         for k in range(K):
@@ -602,9 +603,9 @@ def _csr_sq_t_dot(indptr, indices, data, Hd, out):
     K = Hd.shape[1]
     out[:, :] = 0.0
     for i in range(indptr.shape[0] - 1):
-        for jj in range(indptr[i], indptr[i + 1]):
+        for jj in range(nonneg(indptr[i]), nonneg(indptr[i + 1])):
             x2 = data[jj] * data[jj]
-            j = indices[jj]
+            j = nonneg(indices[jj])
             for k in range(K):
                 out[j, k] += x2 * Hd[i, k]
 

@@ -53,7 +53,7 @@ from ..losses import (
 )
 from ._gram import row_gram
 from ._result import SolverResult
-from ._rows import make_rows, row_axpy, row_axpy2, row_dot, row_dot_sq, rows_dot
+from ._rows import make_rows, nonneg, row_axpy, row_axpy2, row_dot, row_dot_sq, rows_dot
 
 __all__ = [
     "INFLUENCE_CODES",
@@ -566,9 +566,9 @@ def _sgd_pass1_csr(data, indices, indptr, ym, order, v, P, st, margin, scale, la
                 touch += indices[q]
         acc = 0.0
         xsq = 0.0
-        for p in range(indptr[i], indptr[i + 1]):
+        for p in range(nonneg(indptr[i]), nonneg(indptr[i + 1])):
             x = data[p]
-            acc += v[indices[p]] * x
+            acc += v[nonneg(indices[p])] * x
             xsq += x * x
         if not math.isfinite(xsq):
             return math.nan  # overflow: reported by the caller
@@ -576,11 +576,11 @@ def _sgd_pass1_csr(data, indices, indptr, ym, order, v, P, st, margin, scale, la
                                                    margin, scale, lam, kind, one, do_avg)
         if coef != 0.0:
             qc = Q * coef
-            for p in range(indptr[i], indptr[i + 1]):
+            for p in range(nonneg(indptr[i]), nonneg(indptr[i + 1])):
                 x = data[p]
-                v[indices[p]] += coef * x
+                v[nonneg(indices[p])] += coef * x
                 if do_avg:
-                    P[indices[p]] -= qc * x
+                    P[nonneg(indices[p])] -= qc * x
         t, a, nsq, bv, Q, Pb, cnt = _step_end(v, P, t, a, nsq, bv, Q, Pb, cnt, r2, radius, do_avg)
     _pass_finish(v, P, st, t, a, bv, Q, Pb, cnt, do_avg)
     # "+ 0 * touch" keeps the prefetching loads alive (no "nnan" flag: it cannot be folded)

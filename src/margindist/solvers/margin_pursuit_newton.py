@@ -46,7 +46,7 @@ from numba import njit
 from scipy.linalg import cho_factor, cho_solve
 
 from ._result import SolverResult
-from ._rows import make_rows, row_axpy, row_dot, rows_dot
+from ._rows import make_rows, nonneg, row_axpy, row_dot, rows_dot
 from .margin_pursuit import (
     INFLUENCE_CODES,
     _check_finite,
@@ -235,9 +235,9 @@ def _weighted_col_sq(rows, c, out):
     d = rows.n_features
     for i in range(c.shape[0]):
         if rows.sparse:
-            for t in range(rows.indptr[i], rows.indptr[i + 1]):
+            for t in range(nonneg(rows.indptr[i]), nonneg(rows.indptr[i + 1])):
                 x = np.float64(rows.data[t])
-                out[rows.indices[t]] += c[i] * x * x
+                out[nonneg(rows.indices[t])] += c[i] * x * x
         else:
             for j in range(d):
                 x = np.float64(rows.dense[i, j])
