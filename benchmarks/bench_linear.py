@@ -18,7 +18,8 @@ or cache loading is not timed). Reported per estimator: fit time, the peer's tim
 same run, ratio ours / peer (goal <= 1.0), peak memory of one fit above the memory held before it
 (resident set high-water mark, reset through ``/proc/self/clear_refs``; Linux only, else blank),
 test accuracy of both, and ``time(n) / time(n/2)``: the median fit time on all training rows over
-that on the first half (goal <= 2.2; 2.0 is linear scaling).
+that on the first half (goal <= 2.2; 2.0 is linear scaling), from fits of the two sizes
+alternating, repeated until about two seconds are spent on each size (at most 15 fits).
 
     python benchmarks/bench_linear.py --quick                    # development sizes (minutes)
     python benchmarks/bench_linear.py --rows dense sparse --out benchmarks/results/bench_linear.md
@@ -29,6 +30,7 @@ that on the first half (goal <= 2.2; 2.0 is linear scaling).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import statistics
@@ -147,11 +149,29 @@ def measure(name, make, data, repeats, scaling, make_peer=LinearSVC):
         "warned": any(r[2] for r in ours), "scale": None, "peer_scale": None,
     }
     if scaling:
-        half = X.shape[0] // 2
-        ours_h, peer_h, _, _ = median_times(make, X[:half], y[:half], repeats, make_peer)
-        row["scale"] = t / statistics.median(r[0] for r in ours_h)
-        row["peer_scale"] = t_peer / statistics.median(r[0] for r in peer_h)
+        row["scale"] = scaling_ratio(make, X, y, repeats, t)
+        row["peer_scale"] = scaling_ratio(make_peer, X, y, repeats, t_peer)
     return row
+
+
+#: The time(n) / time(n/2) fits of an estimator that fits in less than this many seconds are
+#: repeated until about this much time is spent on each size (at most SCALING_MAX_REPEATS).
+SCALING_SECONDS = 2.0
+SCALING_MAX_REPEATS = 15
+
+
+def scaling_ratio(make, X, y, repeats, t_full):
+    """Median time of a fit on all rows over that on the first half, the fits of the two sizes
+    alternating. Fits under a second are repeated more often (:data:`SCALING_SECONDS`): with
+    three of each, ratios of fits of 0.05-0.5 s came out at 2.3-3.1 where five to seven alternating
+    pairs give 1.9-2.0."""
+    half = X.shape[0] // 2
+    n = min(max(repeats, math.ceil(SCALING_SECONDS / max(t_full, 1e-3))), SCALING_MAX_REPEATS)
+    full, halves = [], []
+    for _ in range(n):
+        full.append(timed_fit(make(), X, y)[0])
+        halves.append(timed_fit(make(), X[:half], y[:half])[0])
+    return statistics.median(full) / statistics.median(halves)
 
 
 # ----------------------------------------------------------------------------- output
