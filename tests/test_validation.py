@@ -68,6 +68,31 @@ def test_duplicate_entries_give_the_model_of_the_canonical_matrix(make, data):
     assert dup.score(X, y) > 0.8
 
 
+def _malformed(X, fault):
+    """X as CSR with one structural fault the compiled row loops must never meet."""
+    M = sp.csr_matrix(X)
+    if fault == "negative index":
+        M.indices[3] = -1
+    elif fault == "index past the last column":
+        M.indices[3] = X.shape[1]
+    else:  # row pointers that decrease
+        M.indptr[2], M.indptr[3] = M.indptr[3], M.indptr[2]
+    return M
+
+
+@pytest.mark.parametrize("E", ALL_ESTIMATORS)
+@pytest.mark.parametrize("fault, message", [("negative index", "indices must be >= 0"),
+                                            ("index past the last column", "indices must be < 6"),
+                                            ("decreasing row pointers", "indptr must be a non-decreasing")])
+def test_malformed_csr_is_rejected_in_fit_and_predict(E, fault, message, data):
+    X, y = data
+    with pytest.raises(ValueError, match=f"malformed sparse matrix: {message}"):
+        E().fit(_malformed(X, fault), y)
+    model = E().fit(sp.csr_matrix(X), y)
+    with pytest.raises(ValueError, match=f"malformed sparse matrix: {message}"):
+        model.predict(_malformed(X, fault))
+
+
 # ------------------------------------------------------------------ 2. class weights
 @pytest.mark.parametrize("E", ALL_ESTIMATORS)
 @pytest.mark.parametrize("value", [-1.0, 0.0, np.nan, np.inf])

@@ -36,9 +36,18 @@ def canonical_csr(X):
 
     scikit-learn's ``pairwise_kernels`` (through ``row_norms``) and numba loops that walk a
     row assume a canonical CSR matrix; a matrix with duplicate entries would silently give
-    wrong squared norms. Dense input is returned unchanged.
+    wrong squared norms. The structure is checked first (row pointers non-decreasing from 0,
+    column indices in [0, n_features)): the compiled loops read the indices unchecked, so a
+    malformed matrix raises here instead of reading outside the arrays. Dense input is
+    returned unchanged.
     """
-    if not sp.issparse(X) or X.has_canonical_format:
+    if not sp.issparse(X):
+        return X
+    try:
+        X.check_format(full_check=True)
+    except ValueError as err:
+        raise ValueError(f"X is a malformed sparse matrix: {err}.") from None
+    if X.has_canonical_format:
         return X
     X = X.copy()
     X.sum_duplicates()  # also sorts the indices
