@@ -975,6 +975,31 @@ def test_auto_is_the_paper_iteration_elsewhere(data, params):
     assert auto.n_iter_ == fixed.n_iter_
 
 
+def test_auto_runs_each_paper_iterate_once(monkeypatch):
+    """A run judged at AUTO_CHECK that wanders goes on from there to max_iter (the model of
+    test_auto_is_the_paper_iteration_elsewhere); one that creeps stops there. No iterate is
+    computed twice."""
+    from margindist.solvers.msvmav import linear
+
+    runs = []
+    iterate = linear.msvmav_iterate
+
+    def counted(*args, **kw):
+        res = iterate(*args, **kw)
+        runs.append((kw.get("solver"), res.n_iter))
+        return res
+
+    monkeypatch.setattr(linear, "msvmav_iterate", counted)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        wanders = MSVMAv().fit(*_scaled("wdbc"))
+        assert runs == [("fixed-point", wanders.n_iter_)] and wanders.n_iter_ > linear.AUTO_CHECK
+        runs.clear()
+        creeps = MSVMAv(alpha=16, beta=1 / 16, tol=0.0).fit(*_scaled("australian"))
+    assert [r[0] for r in runs] == ["fixed-point", "anderson"] and runs[0][1] == linear.AUTO_CHECK
+    assert creeps.n_iter_ == runs[0][1] + runs[1][1]
+
+
 def test_raw_features_on_a_large_scale_warn_and_standardised_do_not():
     # australian's raw columns (one reaches 1e5; rows of root-mean-square norm ~6000): the
     # constant-1 intercept feature is far too small beside them and the model underfits; the

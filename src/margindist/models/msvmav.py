@@ -168,7 +168,7 @@ class MSVMAv(BaseMarginClassifier):
         most 50 evaluations without a better point), and the model is the best point of both
         runs, never worse than the paper iteration's best. Elsewhere, and for kernel models
         (exact or ``kernel_approximation``), "auto" is "fixed-point" (a run that wanders at
-        100 iterations is run again to ``max_iter``: the same model).
+        100 iterations goes on from there to ``max_iter``: the same model).
     fit_intercept : bool, default=True
         Append the constant-1 feature (the paper's bias, inside the norm). For kernels this is
         the kernel k + 1 with ``intercept_`` = sum_j a_j, so that ``kernel="linear"`` is the same

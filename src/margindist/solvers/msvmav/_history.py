@@ -7,10 +7,11 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 
 from .._result import SolverResult
 
-__all__ = ["HISTORY_FIELDS", "History", "MSVMAvResult", "creeping", "make_result", "still_improving"]
+__all__ = ["HISTORY_FIELDS", "History", "MSVMAvResult", "creeping", "creeps", "make_result", "still_improving"]
 
 #: Columns of the per-iterate history (row k describes iterate w_k; row 0 the start w_0).
 HISTORY_FIELDS = ("theta", "semivariance", "bound", "n_active", "n_changes", "step", "update")
@@ -20,16 +21,25 @@ CHANGE_WINDOW = 5
 PROGRESS_SECONDS = 30.0
 
 
+@njit(cache=True)
 def still_improving(bound, window=CHANGE_WINDOW, rtol=1e-4) -> bool:
     """Whether the last ``window`` iterates lowered the smallest SV/theta^2 by more than ``rtol``."""
     before = bound[: len(bound) - window]
     return before.size == 0 or bound[len(bound) - window:].min() < before.min() * (1.0 - rtol)
 
 
+@njit(cache=True)
+def creeps(n_changes, bound) -> bool:
+    """The history of iterates 0 ... k (its active-set changes and SV/theta^2) of a run that has
+    not met tol: unsettled (A changed in the last :data:`CHANGE_WINDOW` iterations) with its
+    SV/theta^2 still falling. Judged by the loops at ``judge_at`` and by :func:`creeping`."""
+    return bool(np.any(n_changes[max(0, len(n_changes) - CHANGE_WINDOW):] > 0)) and still_improving(bound)
+
+
 def creeping(res) -> bool:
     """A run that ended at max_iter unsettled with its SV/theta^2 still falling: it creeps
     towards a fixed point it has not reached (rather than wandering past its best iterate)."""
-    return res.changing and still_improving(res.history["bound"])
+    return not res.converged and creeps(res.history["n_changes"], res.history["bound"])
 
 
 @dataclass(kw_only=True)

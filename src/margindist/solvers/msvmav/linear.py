@@ -39,7 +39,7 @@ from ._cg import CG_TOL, CGSystem
 from ._common import as_float, diverged
 from ._design import Design
 from ._direct import DirectSystem
-from ._history import History, MSVMAvResult, creeping, make_result
+from ._history import History, MSVMAvResult, creeping, creeps, make_result
 from ._loops import dense_loop, unit
 
 __all__ = ["SOLVERS", "accelerated", "msvmav_iterate", "msvmav_linear", "solve_auto"]
@@ -83,7 +83,7 @@ def _start(step, N, d):
 def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights=None,
                    max_iter=100, tol=1e-6, update="auto", refresh_every=None, cg_tol=CG_TOL,
                    return_best=False, solver="fixed-point", stall=STALL, w0=None, callback=None,
-                   log=None) -> MSVMAvResult:
+                   log=None, judge_at=0) -> MSVMAvResult:
     """Run the MSVMAv iteration on the rows z_i of ``design``.
 
     Parameters
@@ -131,6 +131,9 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
         M (current explicit inverse or None), G (Gram sum or None), g). Testing aid.
     log : logger, optional
         Receives one debug line per iteration.
+    judge_at : int
+        Also stop after this iteration if the run creeps there (:func:`._history.creeps`; the
+        result is then that of ``max_iter=judge_at``), else go on to ``max_iter``; 0: never.
 
     Returns
     -------
@@ -151,14 +154,15 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
     am_step = step / (2.0 * alpha * S)
     if (update == "auto" and callback is None and not design.sparse and design.c is None
             and d <= MAX_COMPILED):
-        return _compiled(design, s, u, w, P, am_step, N, beta, max_iter, tol, return_best, accel, stall)
+        return _compiled(design, s, u, w, P, am_step, N, beta, max_iter, tol, return_best, accel, stall, judge_at)
     family = _choose_family(design, update)
     if family == "direct":
         system = DirectSystem(design, s, P, S * beta, update, refresh_every)
     else:
         system = CGSystem(design, s, P, S * beta, cg_tol, log)
     hist = History(max_iter, s, S)
-    k, w, converged = _run(design, system, hist, u, w, am_step, N, max_iter, tol, accel, stall, callback, log)
+    k, w, converged = _run(design, system, hist, u, w, am_step, N, max_iter, tol, accel, stall, callback, log,
+                           judge_at)
     return hist.result(w, k, converged, return_best, family=family,
                        n_refresh=getattr(system, "n_refresh", 0), n_products=getattr(system, "n_products", 0))
 
@@ -177,11 +181,11 @@ def _unit(v, N, u, k):
     return v
 
 
-def _run(design, system, hist, u, w, am_step, N, max_iter, tol, accel, stall, callback, log):
+def _run(design, system, hist, u, w, am_step, N, max_iter, tol, accel, stall, callback, log, judge_at=0):
     """The loop of :func:`msvmav_iterate` over a semi-variance ``system`` (direct or CG);
     returns (iterations, last iterate, converged). With ``accel`` the next point is the
     Anderson combination of the last iterates instead of T(w), and the run stops when the best
-    iterate is ``stall`` iterations old (0: never)."""
+    iterate is ``stall`` iterations old (0: never), or at iteration ``judge_at`` if it creeps."""
     S, nb = hist.S, system.nb
 
     N = np.ones(design.d) if N is None else N
@@ -216,17 +220,19 @@ def _run(design, system, hist, u, w, am_step, N, max_iter, tol, accel, stall, ca
         theta = hist.rows[k, 0]
         if converged or accel and 0 < stall <= k - hist.best_k:
             break
+        if k == judge_at and creeps(hist.rows[: k + 1, 4], hist.rows[: k + 1, 2]):
+            break
     return k, w, converged
 
 
-def _compiled(design, s, u, w0, P, am_step, N, beta, max_iter, tol, return_best, accel, stall):
+def _compiled(design, s, u, w0, P, am_step, N, beta, max_iter, tol, return_best, accel, stall, judge_at=0):
     """The "auto" scheme for dense X with few features: the compiled batched loop (the result's
     ``n_products`` counts its full passes over X for the margins)."""
     d = design.d
     N_arr = np.ones(d) if N is None else N
     w, best_w, n_iter, hist, best_k, converged, status, n_full = dense_loop(
         np.ascontiguousarray(design.B, dtype=np.float64), design.r, s, design.intercept, u, w0, P, am_step, N_arr,
-        float(beta), int(max_iter), float(tol), accel, int(stall))
+        float(beta), int(max_iter), float(tol), accel, int(stall), int(judge_at))
     if status == 1:
         raise np.linalg.LinAlgError("MSVMAv: the semi-variance system is not positive definite.")
     if status == 2:
@@ -263,23 +269,18 @@ def solve_auto(design, s, alpha, beta, *, return_best=False, max_iter=100, **kw)
     iterate, and the result is the best point of both runs (the accelerated run's start is that
     iterate, so never a worse one).
 
-    The paper's run is judged after :data:`AUTO_CHECK` iterations (the paper's T) and, if it is
-    then neither settled nor creeping (it wanders), run again to ``max_iter`` -- the same run as
-    without the check, for at most AUTO_CHECK more iterations -- and judged at its end. A run
-    that creeps at AUTO_CHECK iterations would take hundreds more to settle (german: still
-    falling at 1000); the accelerated one reaches the fixed point it creeps towards in tens.
+    The paper's run is judged after :data:`AUTO_CHECK` iterations (the paper's T): it stops
+    there if it creeps, and otherwise (it wanders) goes on to ``max_iter`` -- the same run as
+    without the check -- and is judged at its end. A run that creeps at AUTO_CHECK iterations
+    would take hundreds more to settle (german: still falling at 1000); the accelerated one
+    reaches the fixed point it creeps towards in tens.
 
     The result's history, ``n_iter`` and ``best_iter`` run over both: the paper's iterates
     0 ... n, then the accelerated evaluations after its start.
     """
-    def paper(n_iter):
-        return msvmav_iterate(design, s, alpha, beta, return_best=return_best, solver="fixed-point",
-                              max_iter=n_iter, **kw)
-
-    check = min(max_iter, AUTO_CHECK) if return_best else max_iter
-    res = paper(check)
-    if check < max_iter and not res.converged and not creeping(res):
-        res = paper(max_iter)
+    check = AUTO_CHECK if return_best and AUTO_CHECK < max_iter else 0
+    res = msvmav_iterate(design, s, alpha, beta, return_best=return_best, solver="fixed-point", max_iter=max_iter,
+                         judge_at=check, **kw)
     if not (return_best and creeping(res)):
         return res
     acc = msvmav_iterate(design, s, alpha, beta, return_best=True, solver="anderson", w0=res.w,
