@@ -11,7 +11,8 @@ from numba import njit
 
 from .._result import SolverResult
 
-__all__ = ["HISTORY_FIELDS", "History", "MSVMAvResult", "creeping", "creeps", "make_result", "still_improving"]
+__all__ = ["HISTORY_FIELDS", "History", "MSVMAvResult", "creeping", "creeps", "creeps_at", "make_result",
+           "still_improving"]
 
 #: Columns of the per-iterate history (row k describes iterate w_k; row 0 the start w_0).
 HISTORY_FIELDS = ("theta", "semivariance", "bound", "n_active", "n_changes", "step", "update")
@@ -34,6 +35,13 @@ def creeps(n_changes, bound) -> bool:
     not met tol: unsettled (A changed in the last :data:`CHANGE_WINDOW` iterations) with its
     SV/theta^2 still falling. Judged by the loops at ``judge_at`` and by :func:`creeping`."""
     return bool(np.any(n_changes[max(0, len(n_changes) - CHANGE_WINDOW):] > 0)) and still_improving(bound)
+
+
+@njit(cache=True)
+def creeps_at(rows, k) -> bool:
+    """:func:`creeps` on the history rows 0 ... k of a running loop (the columns of
+    :data:`HISTORY_FIELDS`: changes in column 4, SV/theta^2 in column 2)."""
+    return creeps(rows[: k + 1, 4], rows[: k + 1, 2])
 
 
 def creeping(res) -> bool:

@@ -19,7 +19,7 @@ from numba import njit, types
 from numba.extending import get_cython_function_address
 
 from ._anderson import anderson_state, anderson_step
-from ._history import creeps
+from ._history import creeps_at
 
 __all__ = ["dense_loop", "kernel_loop", "unit"]
 
@@ -250,7 +250,7 @@ def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol, ac
     """The MSVMAv iteration on dense X (rows z_i = y_i [x_i, 1?]); X row-major (C order); with
     ``accel`` the next point is the Anderson combination of the last iterates (:mod:`._anderson`),
     and the run stops when the best iterate is ``stall`` iterations old (0: never). At iteration
-    ``judge_at`` (0: never) it also stops if it creeps (:func:`._history.creeps`).
+    ``judge_at`` (0: never) it also stops if it creeps (:func:`._history.creeps_at`).
 
     Margins: a full pass over X gives exact reference margins m_ref at w_ref; at the next
     iterates only the rows within ||z_i|| ||w - w_ref|| of theta are recomputed
@@ -361,7 +361,7 @@ def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol, ac
             if sv >= 1e-6 * size:
                 best_k, converged = _record(hist, k, theta, sv / S, n_new, c, dw, w, best_w, best_k, tol)
                 n_act = n_new
-                if converged or accel and 0 < stall <= k - best_k or k == judge_at and _creeps_at(hist, k):
+                if converged or accel and 0 < stall <= k - best_k or k == judge_at and creeps_at(hist, k):
                     break
                 continue
             for t in range(c):  # too much cancellation: undo and take the exact route
@@ -374,15 +374,9 @@ def dense_loop(X, y, s, intercept, u, w0, P, am_step, N, beta, max_iter, tol, ac
         w_ref[:] = w
         full_next = False
         c, n_act, best_k, converged = _advance(m, theta, s, S, A, changed, hist, k, dw, w, best_w, best_k, tol, ones)
-        if converged or accel and 0 < stall <= k - best_k or k == judge_at and _creeps_at(hist, k):
+        if converged or accel and 0 < stall <= k - best_k or k == judge_at and creeps_at(hist, k):
             break
     return w, best_w, k, hist[: k + 1].copy(), best_k, converged, status, n_full
-
-
-@njit(cache=True)
-def _creeps_at(hist, k):
-    """:func:`._history.creeps` on the history rows 0 ... k (changes: column 4; SV/theta^2: 2)."""
-    return creeps(hist[: k + 1, 4], hist[: k + 1, 2])
 
 
 # --------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ from ._cg import CG_TOL, CGSystem
 from ._common import as_float, diverged
 from ._design import Design
 from ._direct import DirectSystem
-from ._history import History, MSVMAvResult, creeping, creeps, make_result
+from ._history import History, MSVMAvResult, creeping, creeps_at, make_result
 from ._loops import dense_loop, unit
 
 __all__ = ["SOLVERS", "accelerated", "msvmav_iterate", "msvmav_linear", "solve_auto"]
@@ -132,7 +132,7 @@ def msvmav_iterate(design, s, alpha, beta, *, prox=None, step=None, norm_weights
     log : logger, optional
         Receives one debug line per iteration.
     judge_at : int
-        Also stop after this iteration if the run creeps there (:func:`._history.creeps`; the
+        Also stop after this iteration if the run creeps there (:func:`._history.creeps_at`; the
         result is then that of ``max_iter=judge_at``), else go on to ``max_iter``; 0: never.
 
     Returns
@@ -218,9 +218,7 @@ def _run(design, system, hist, u, w, am_step, N, max_iter, tol, accel, stall, ca
         m = design.matvec(w)
         A, converged = hist.advance(k, m, float(u @ w) / S, prevA, w, dw, scheme, log, tol)
         theta = hist.rows[k, 0]
-        if converged or accel and 0 < stall <= k - hist.best_k:
-            break
-        if k == judge_at and creeps(hist.rows[: k + 1, 4], hist.rows[: k + 1, 2]):
+        if converged or accel and 0 < stall <= k - hist.best_k or k == judge_at and creeps_at(hist.rows, k):
             break
     return k, w, converged
 
