@@ -350,6 +350,15 @@ def test_row_cache_dot_is_the_gram_product(X, rng, kind, sparse, dtype):
     assert chosen.prefill(rows) == 7 and np.array_equal(np.flatnonzero(chosen.state.slot_of >= 0), np.sort(rows[:7]))
     np.testing.assert_allclose(chosen.dot(V), K @ V, rtol=tol, atol=tol * np.abs(K).max() * np.abs(V).sum())
     assert pre.misses == 7  # the products read the prefilled rows and cache nothing more
+    # the principal block on a subset I of the rows, some of them cached: K_II v_I at I, 0 elsewhere
+    I = np.sort(np.random.default_rng(3).choice(X.shape[0], size=X.shape[0] // 2, replace=False))
+    I = np.union1d(I, [3, 5])  # row 3 cached (as are 0 and 11, outside or not), row 5 not
+    want = np.zeros_like(V)
+    want[I] = K[np.ix_(I, I)] @ V[I]
+    for c in (cache, pre):
+        np.testing.assert_allclose(c.dot(V, rows=I, block_bytes=16 * 8 * X.shape[0]), want, rtol=tol,
+                                   atol=tol * np.abs(K).max() * np.abs(V).sum())
+    assert cache.misses == 3 and pre.misses == 7
     # 19 cached rows: two tiles of eight read together (their columns added to the other rows)
     # and three rows one at a time; one, two and three columns
     tiles = KernelRowCache(spec, Xin, max_bytes=19 * dtype().itemsize * X.shape[0], dtype=dtype)

@@ -997,9 +997,11 @@ class KernelRowCache:
         r = st.rows
         return sp.csr_matrix((r.data, r.indices, r.indptr), shape=(st.slot_of.shape[0], r.n_features))
 
-    def dot(self, v, *, block_bytes: int = 32 * 2**20) -> np.ndarray:
+    def dot(self, v, *, block_bytes: int = 32 * 2**20, rows=None) -> np.ndarray:
         """K @ v in float64 for v of shape (m,) or (m, k), without caching anything, once for all
-        k columns. K is symmetric, so each kernel value is used twice and computed at most once:
+        k columns; with ``rows`` (sorted indices) the principal block's product K_II v_I on
+        I = ``rows`` (placed at I, 0 elsewhere; v outside I is not read). K is symmetric, so each
+        kernel value is used twice and computed at most once:
 
         * the cached rows C give (K v)_C = K_C v and, read by columns, K_RC v_C for the other
           rows R (one compiled pass over the cached rows);
@@ -1014,8 +1016,12 @@ class KernelRowCache:
         v = np.ascontiguousarray(v, dtype=np.float64)
         m = v.shape[0]
         V = v.reshape(m, -1)
-        rows = np.flatnonzero(st.slot_of >= 0)
-        rest = np.flatnonzero(st.slot_of < 0)
+        if rows is None:
+            rows, rest = np.flatnonzero(st.slot_of >= 0), np.flatnonzero(st.slot_of < 0)
+        else:  # the block on I: v zero outside I, so the cached rows' products see only I
+            V = np.zeros_like(V)
+            V[rows] = v.reshape(m, -1)[rows]
+            rows, rest = rows[st.slot_of[rows] >= 0], rows[st.slot_of[rows] < 0]
         X = None if st.kind == KIND_PRECOMPUTED else self._data()
         on_device = None if X is None else _device_products(self.spec)
         whole_rows = X is None or on_device is not None  # K_R read or computed whole: no K_RC v_C
