@@ -323,7 +323,7 @@ def test_tiny_cache_gives_the_same_solution():
 def test_cached_pairs_reach_the_qp_optimum_with_fewer_kernel_rows(lam):
     """With a cache of a fifth of the rows, pairs of cached rows (``cached_pair``) reach the
     generic QP's optimum with the same certificate, computing fewer kernel rows than the
-    maximal violating pairs."""
+    maximal violating pairs (the SMO alone: no Newton phase, whose rows would count too)."""
     X, y = _data(m=150, seed=16, sep=0.5)
     spec = resolve_kernel("rbf", X, gamma=0.5)
     g_qp, f_qp = _qp(kernel_matrix(spec, X), y, np.ones(y.size), lam)
@@ -331,7 +331,7 @@ def test_cached_pairs_reach_the_qp_optimum_with_fewer_kernel_rows(lam):
     for cp in (0.0, 0.7):
         held = []
         res = kmomd_kernel(spec, X, y, None, lam, tol=TIGHT, max_bytes=8 * 150 * 30, cached_pair=cp,
-                           shared=lambda key, make: held.append(make()) or held[-1])
+                           newton=False, shared=lambda key, make: held.append(make()) or held[-1])
         assert held[0].n_slots == 30 and res.converged
         assert res.violation <= TIGHT * 2 * res.objective
         _feasible(res.gamma, y)
@@ -631,15 +631,55 @@ def test_newton_phase_alone_satisfies_kkt(newton_solves):
         assert np.all(grad[cls & (res.gamma == 0)] >= grad[sup].max() - 1e-6 * 2 * res.objective)
 
 
-def test_newton_phase_skipped_when_rows_do_not_fit():
+def test_newton_phase_with_rows_beyond_the_cache():
+    """A cache of 10 of the 80 rows: the phase's products and gradients go through
+    KernelRowCache.dot on the support (cached rows and the triangle of the others) and reach the
+    QP optimum, as the SMO alone and the dense oracle."""
     X, y = _data(m=80, seed=33)
     spec = resolve_kernel("rbf", X, gamma=0.5)
     small = kmomd_kernel(spec, X, y, None, 0.05, tol=TIGHT, newton=True, max_bytes=8 * 80 * 10)  # 10 rows
     big = kmomd_kernel(spec, X, y, None, 0.05, tol=TIGHT, newton=False)
-    assert small.newton_iter == 0 and small.converged
-    np.testing.assert_allclose(small.gamma, big.gamma, atol=1e-10)
+    assert small.newton_iter >= 1 and small.cg_iter >= 1 and small.converged
+    assert np.count_nonzero(small.gamma > 0) > 10  # a support larger than the cache
+    np.testing.assert_allclose(small.gamma, big.gamma, atol=1e-9)
+    g_qp, f_qp = _qp(kernel_matrix(spec, X), y, np.ones(y.size), 0.05)
+    np.testing.assert_allclose(small.objective, f_qp, rtol=1e-9)
     with pytest.raises(ValueError, match="newton"):
         kmomd_kernel(spec, X, y, None, 0.05, newton="yes")
+
+
+class _ScriptedSMO:
+    """An SMO whose violation after each run follows a script (objective 1: the stopping
+    threshold is 2 tol = 2e-3)."""
+
+    def __init__(self, violations):
+        self.script = list(violations)
+        self.it, self.obj, self.status = 0, 1.0, "max_iter"
+        self.violation = self.script.pop(0)
+
+    def run(self, max_iter):
+        self.it = max_iter
+        self.violation = self.script.pop(0)
+        if self.violation <= 2e-3:
+            self.status = "converged"
+
+
+@pytest.mark.parametrize("script, newton, runs", [
+    ([2.0, 0.6, 0.18, 0.054, 0.016, 0.0048, 1e-3], False, 6),  # 3.3x per m: converges on its own
+    ([2.0, 1.8], True, 1),  # 10 % per m: dozens of m to go, the Newton phase at once
+    ([2.0, 2.2], True, 1),  # no progress
+    ([2.0, 0.2, 0.19], True, 2),  # fast, then slow
+    ([2.0, 1.0], True, 1),  # 2x per m: 9 m to go, over the budget of 8
+])
+def test_smo_goes_on_before_the_partial_cache_newton_phase_only_while_fast(script, newton, runs):
+    """With a partial cache the SMO continues by m updates while its violation, at the rate of the
+    last m updates, would reach the stopping rule within the budget; else the Newton phase runs."""
+    from margindist.solvers.kmomd import _NEWTON_PARTIAL_BUDGET, _smo_while_fast
+
+    smo = _ScriptedSMO(script)
+    m = 100
+    assert _smo_while_fast(smo, m, 10**9, 1e-3) is newton
+    assert smo.it == runs * m <= _NEWTON_PARTIAL_BUDGET * m
 
 
 @pytest.mark.parametrize("newton", [False, True])

@@ -587,6 +587,9 @@ _NEWTON_AFTER = 2
 #: (satimage's pairs, RBF at gamma = 4e-4, lam 0.2 -> 0.015: the Newton phase on the previous
 #: support took longer than the cold fit): the SMO first moves from it for m updates.
 _NEWTON_AFTER_WARM = 1
+#: With a partial cache the SMO goes on for at most this many m updates before the Newton phase,
+#: while it is projected to converge within them (:func:`_smo_while_fast`).
+_NEWTON_PARTIAL_BUDGET = 8
 #: At most this many active-set iterations (the phase usually ends after 4-10).
 _NEWTON_MAX_ITER = 30
 _EARLY_TOL = 0.01
@@ -617,10 +620,11 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
     direct (Cholesky of H_II, no preconditioner to build).
 
     The products with K_II read the principal block of K on I, gathered once per iteration when
-    it fits in ``block_bytes``, else the full cached rows of I. Needs the kernel rows of every
-    example of I in the cache at once. Returns (gamma, G, iterations, conjugate-gradient
+    it fits in ``block_bytes``, else the full cached rows of I, or, when the cache holds fewer
+    rows than I, the cached ones and the triangle of the others, computed at each product
+    (:func:`_kernel_block_product`). Returns (gamma, G, iterations, conjugate-gradient
     products with H) with gamma feasible (negative weights dropped, each class renormalised) and
-    G its exact gradient, or None when the phase cannot run (rows do not fit) or ends without a
+    G its exact gradient, or None when a class loses its support or the phase ends without a
     point.
     """
     from scipy.linalg import cho_factor
@@ -652,7 +656,7 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
     for n_it in range(1, _NEWTON_MAX_ITER + 1):
         idx = np.flatnonzero(I)
         n = idx.size
-        if n > cache.n_slots or not (pos[idx].any() and (~pos[idx]).any()):
+        if not (pos[idx].any() and (~pos[idx]).any()):
             return None
         yI, iwI = y[idx], inv_w[idx]
         B = np.vstack([pos[idx], ~pos[idx]]).astype(np.float64)
@@ -682,7 +686,7 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
         gI = nu @ Xs
         g = np.zeros(m)
         g[idx] = gI
-        G = _kmomd_gradient(state, y, g, idx, a2, b2 * inv_w)
+        G = _kmomd_gradient(cache, y, g, idx, a2, b2 * inv_w)
         I_new = (I & (g > 0)) | (~I & (G < np.where(pos, nu[0], nu[1])))
         changes = int(np.count_nonzero(I_new != I))
         if cg_tol > final_tol and (changes <= 0.05 * n or changes >= prev_changes):
@@ -695,7 +699,7 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
                 break
         prev_changes = changes
         I = I_new
-    out = _feasible_point(state, y, idx, gI, pos, a2, b2 * inv_w)
+    out = _feasible_point(cache, y, idx, gI, pos, a2, b2 * inv_w)
     return None if out is None else (*out, n_it, n_cg)
 
 
@@ -742,10 +746,39 @@ def _woodbury_preconditioner(Dp, yD, A, Mf, a2):
     return prec
 
 
+def _smo_while_fast(smo, m, max_iter, tol):
+    """With a partial cache the Newton phase can meet a support larger than the cache, and then
+    computes most of its kernel values at every product (at 14 000 rows of magic a product cost
+    as much as about 1300 SMO updates, a phase 50-200 products). Before it, the SMO goes on by m
+    updates at a time while its violation, falling at the rate of the last m updates, would
+    reach the stopping rule within :data:`_NEWTON_PARTIAL_BUDGET` m updates from here. Returns
+    whether the Newton phase should run (the SMO neither converged nor will soon)."""
+    budget = _NEWTON_PARTIAL_BUDGET
+    v0 = smo.violation
+    while budget > 0 and smo.status == "max_iter" and smo.it < max_iter:
+        smo.run(min(max_iter, smo.it + m))
+        budget -= 1
+        v1, target = smo.violation, tol * 2.0 * smo.obj
+        if smo.status != "max_iter" or v1 <= target:
+            return False
+        if not v1 < v0 or np.log(v1 / target) > budget * np.log(v0 / v1):
+            return True
+        v0 = v1
+    return smo.status == "max_iter" and smo.it < max_iter
+
+
 def _kernel_block_product(cache, idx, block_bytes, block):
     """V -> V K_II: from the principal block of K on I, gathered once into ``block[0]`` (reused
-    across iterations) when it fits in ``block_bytes``, else from the full cached rows of I."""
+    across iterations) when it fits in ``block_bytes``, else from the full cached rows of I, or,
+    when the cache cannot hold them all, by :meth:`~margindist.kernels.KernelRowCache.dot` on I
+    (the rows of I that are cached, and the triangle of the others computed at each product)."""
     state, n, m = cache.state, idx.size, cache.diag.shape[0]
+    if n > cache.n_slots:
+        def kmul_dot(V):
+            full = np.zeros((m, V.shape[0]))
+            full[idx] = V.T
+            return cache.dot(full, rows=idx)[idx].T
+        return kmul_dot
     if n * n * cache.dtype.itemsize <= block_bytes:
         if block[0] is None or block[0].size < n * n:
             block[0] = np.empty(min(2 * n * n, block_bytes // cache.dtype.itemsize), dtype=cache.dtype)
@@ -787,14 +820,21 @@ def _cg_two_rhs(hmul, prec, B, Xs, *, first, cg_tol, final_tol):
         rz = rz_new
 
 
-def _kmomd_gradient(state, y, g, rows, a2, b2_inv_w):
-    """The gradient a2 Y K Y g + b2 W^-1 g of the dual at g (non-zero on ``rows``)."""
-    s_all = np.zeros((1, y.shape[0]))
-    _rows_combination(state, rows, (y[rows] * g[rows])[None, :], s_all)
-    return a2 * y * s_all[0] + b2_inv_w * g
+def _kmomd_gradient(cache, y, g, rows, a2, b2_inv_w):
+    """The gradient a2 Y K Y g + b2 W^-1 g of the dual at g (non-zero on ``rows``): from the rows
+    through the cache, or, when the cache cannot hold them all, by
+    :meth:`~margindist.kernels.KernelRowCache.dot` (which computes each missing value once instead
+    of evicting and recomputing whole rows)."""
+    if rows.size > cache.n_slots:
+        s = cache.dot(y * g)
+    else:
+        s_all = np.zeros((1, y.shape[0]))
+        _rows_combination(cache.state, rows, (y[rows] * g[rows])[None, :], s_all)
+        s = s_all[0]
+    return a2 * y * s + b2_inv_w * g
 
 
-def _feasible_point(state, y, idx, gI, pos, a2, b2_inv_w):
+def _feasible_point(cache, y, idx, gI, pos, a2, b2_inv_w):
     """(gamma, its gradient) from the last iterate: negative weights dropped and each
     class renormalised; None when a class is left without weight."""
     g = np.zeros(y.shape[0])
@@ -804,7 +844,7 @@ def _feasible_point(state, y, idx, gI, pos, a2, b2_inv_w):
         if not total > 0:
             return None
         g[cls] /= total
-    return g, _kmomd_gradient(state, y, g, np.flatnonzero(g > 0), a2, b2_inv_w)
+    return g, _kmomd_gradient(cache, y, g, np.flatnonzero(g > 0), a2, b2_inv_w)
 
 
 def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-3, max_iter=10_000_000,
@@ -904,6 +944,8 @@ def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-
         # a warm start is (about) at the support: the Newton phase may start after m updates
         smo.run(min(max_iter, (_NEWTON_AFTER_WARM if warm else _NEWTON_AFTER) * m))
         far = smo.violation > _NEWTON_GAP * tol * 2.0 * smo.obj  # else the SMO is about to finish
+        if far and newton is not True and cache.n_slots < m:  # a partial cache
+            far = _smo_while_fast(smo, m, max_iter, tol)
         if smo.status == "max_iter" and smo.it < max_iter and (far or newton is True):
             out = _newton_phase(cache, y, w, lam, smo.gamma, tol, max_bytes // 2)
             if out is not None:
