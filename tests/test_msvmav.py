@@ -817,6 +817,86 @@ def test_compiled_loop_screened_history_is_that_of_exact_margins():
     assert res.history["semivariance"][-1] == pytest.approx(sv, rel=1e-9)
 
 
+def _screen_problem(sparse, n=2500, p=300, seed=3):
+    """Rows that a linear rule labels with noise: dense with more features than the compiled
+    loop takes (the direct family), or CSR (the CG family)."""
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, p)) * (rng.random((n, p)) < 0.1)
+    y = np.where(X @ rng.standard_normal(p) + 0.05 * rng.standard_normal(n) > 0, 1.0, -1.0)
+    return (sp.csr_matrix(X) if sparse else X), y, rng.uniform(0.5, 2.0, n)
+
+
+def _screened_and_full(monkeypatch, X, y, s, **kw):
+    """The same run with the NumPy loop's margin screening on every problem size, and off;
+    also returns how many full passes the screened run made."""
+    from margindist.solvers.msvmav import _screen, linear
+
+    passes = []
+    full_pass = _screen.MarginScreen.full_pass
+
+    def counted(self, w, v):
+        passes.append(1)
+        return full_pass(self, w, v)
+
+    monkeypatch.setattr(_screen.MarginScreen, "full_pass", counted)
+    monkeypatch.setattr(linear, "SCREEN_MIN_WORK", 0)
+    a = msvmav_linear(X, y, s, 4.0, 0.05, **kw)
+    monkeypatch.setattr(linear, "SCREEN_MIN_WORK", 2**62)
+    b = msvmav_linear(X, y, s, 4.0, 0.05, **kw)
+    return a, b, len(passes)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_numpy_loop_screening_gives_the_full_pass_active_sets(monkeypatch, sparse):
+    """The NumPy loop (direct family on dense rows with many features, CG on CSR) recomputes only
+    the margins near theta between full passes: the same active sets, hence iterates, as with
+    every margin every iteration, and the same SV (the quadratic form over A_k from the step's
+    solve, plus the rows that changed side) to round-off."""
+    X, y, s = _screen_problem(sparse)
+    a, b, passes = _screened_and_full(monkeypatch, X, y, s, max_iter=150, tol=0.0, update="cg" if sparse else "auto")
+    assert a.family == b.family == ("cg" if sparse else "direct")
+    assert passes < a.n_iter / 2  # most iterations screened
+    for f in ("n_active", "n_changes"):
+        assert np.array_equal(a.history[f], b.history[f])
+    assert a.history["n_changes"][1:].sum() > 150  # the active set did move
+    for f in ("theta", "semivariance", "bound"):
+        np.testing.assert_allclose(a.history[f], b.history[f], rtol=1e-9)
+    np.testing.assert_allclose(a.w, b.w, rtol=0, atol=1e-12)
+    # the best iterate by SV/theta^2 (ties at round-off between settled iterates may pick another
+    # index with the same bound)
+    assert a.history["bound"][a.best_iter] == pytest.approx(b.history["bound"].min(), rel=1e-9)
+
+
+@pytest.mark.parametrize("rule", ["cancel", "fraction"])
+def test_numpy_loop_screening_falls_back_to_full_passes(monkeypatch, rule):
+    """A quadratic form that lost its digits, or too many rows near theta, take a full pass:
+    with either rule always firing, every iteration is a full pass and the run is the
+    unscreened one."""
+    from margindist.solvers.msvmav import _screen
+
+    monkeypatch.setattr(_screen, "CANCEL" if rule == "cancel" else "FULL_FRACTION", 2.0 if rule == "cancel" else -1.0)
+    X, y, s = _screen_problem(True, n=800, p=120)
+    a, b, passes = _screened_and_full(monkeypatch, X, y, s, max_iter=40, tol=0.0)
+    assert passes == a.n_iter + 1
+    for f in ("n_active", "n_changes", "semivariance"):
+        assert np.array_equal(a.history[f], b.history[f])
+    np.testing.assert_array_equal(a.w, b.w)
+
+
+@pytest.mark.parametrize("kind", ["dense", "float32", "csr", "col_scale"])
+def test_design_row_norms(rng, kind):
+    n, p = 40, 7
+    B = rng.random((n, p)) * (rng.random((n, p)) < 0.5)
+    r = rng.choice([-2.0, 1.0], n)
+    c = rng.uniform(0.5, 2.0, p) if kind == "col_scale" else None
+    Bin = {"float32": B.astype(np.float32), "csr": sp.csr_matrix(B)}.get(kind, B)
+    D = Design(Bin, r, col_scale=c, intercept=c is None)
+    Bf = np.asarray(Bin, dtype=np.float64) if kind != "csr" else B
+    Z = r[:, None] * (Bf * c if c is not None else np.hstack([Bf, np.ones((n, 1))]))
+    np.testing.assert_allclose(D.sq_row_norms(), np.einsum("ij,ij->i", Z, Z), rtol=1e-12)
+    assert D.work() == (sp.csr_matrix(B).nnz if kind == "csr" else n * p)
+
+
 # --------------------------------------------------------------------------------------
 # solver="anderson": the same fixed point as the paper's iteration, in fewer evaluations
 # --------------------------------------------------------------------------------------

@@ -64,6 +64,7 @@ class CGSystem:
         self.move(A, add, rem)
         rhs = theta / self.nb * self.g + self.P * w
         w_half, _, done = self.solve(rhs, self.cg_tol, 10 * self.design.d + 100)
+        self.Hx = self.HW[:, 0].copy()  # H w_half = rhs - r (margin screening, :mod:`._screen`)
         if not done and self.log is not None:
             self.log.info("MSVMAv: CG stopped at its iteration cap (rtol=%g) in iteration %d", self.cg_tol, k)
         return w_half, "cg"

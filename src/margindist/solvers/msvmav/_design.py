@@ -97,6 +97,22 @@ class Design:
         coords = np.append(cols, self.p) if self.intercept else cols
         return Design(B, sub.r, intercept=self.intercept), coords
 
+    def work(self):
+        """Multiply-adds of one product with Z (its stored entries)."""
+        return self.B.nnz if self.sparse else self.n * self.p
+
+    def sq_row_norms(self):
+        """||z_i||^2 for every row."""
+        c2 = None if self.c is None else self.c * self.c
+        if self.sparse:
+            B2 = self.B.multiply(self.B).tocsr()
+            sq = np.asarray(B2.sum(axis=1)).ravel() if c2 is None else np.asarray(B2 @ c2).ravel()
+        else:
+            sq = np.empty(self.n)
+            for i, stop, Bi in float64_blocks(self.B):
+                sq[i:stop] = np.einsum("ij,ij->i", Bi, Bi) if c2 is None else (Bi * Bi) @ c2
+        return self.r * self.r * (sq + float(self.intercept))
+
     def sq_rmatvec(self, t):
         """sum_i t_i z_i * z_i (elementwise squares): the diagonal of Z^T diag(t) Z."""
         rt = self.r * self.r * t

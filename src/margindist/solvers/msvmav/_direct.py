@@ -130,6 +130,7 @@ class DirectSystem:
         # g = sum_A s z always; the Gram sum G only for Cholesky steps
         self.move(A, add, rem, gram=scheme == "batched")
         rhs = theta / self.nb * self.g + self.P * w
+        self.Hx = rhs  # H w_half (margin screening, :mod:`._screen`)
         if scheme == "sherman-morrison":
             self._follow_inverse(A, add, rem)
             return self.solve(rhs), scheme

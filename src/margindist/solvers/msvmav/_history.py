@@ -111,7 +111,10 @@ class History:
 
     def record(self, k, m, theta, A, changes, w, step=np.nan, scheme=None):
         short = np.maximum(theta - m, 0.0)
-        sv = float(self.s @ (short * short)) / self.S
+        self._store(k, theta, float(self.s @ (short * short)), A, changes, w, step, scheme)
+
+    def _store(self, k, theta, sv_sum, A, changes, w, step, scheme):
+        sv = sv_sum / self.S
         bound = sv / theta**2 if theta > 0 else np.inf
         self.rows[k] = (theta, sv, bound, np.count_nonzero(A), changes, step)
         if scheme is not None:
@@ -119,11 +122,17 @@ class History:
         if k == 0 or bound < self.rows[self.best_k, 2]:
             self.best_k, self.best = k, w.copy()
 
-    def advance(self, k, m, theta, prevA, w, step, scheme, log, tol):
-        """Record iterate k (margins m, average margin theta); returns (A_k, tol met)."""
-        A = m < theta
-        changes = int(np.count_nonzero(A != prevA))
-        self.record(k, m, theta, A, changes, w, step, scheme)
+    def advance(self, k, m, theta, prevA, w, step, scheme, log, tol, screened=None):
+        """Record iterate k (margins m, average margin theta); returns (A_k, tol met).
+        ``screened``: (A_k, sum_{A_k} s_i (theta - m_i)^2) from :mod:`._screen` instead of m."""
+        if screened is None:
+            A = m < theta
+            changes = int(np.count_nonzero(A != prevA))
+            self.record(k, m, theta, A, changes, w, step, scheme)
+        else:
+            A = screened[0]
+            changes = int(np.count_nonzero(A != prevA))
+            self._store(k, theta, screened[1], A, changes, w, step, scheme)
         if log is not None and log.isEnabledFor(10):
             log.debug("MSVMAv iteration %d (%s): theta=%.6g SV/theta^2=%.6g |A|=%d changes=%d |dw|=%.3g",
                       k, scheme, theta, self.rows[k, 2], self.rows[k, 3], changes, step)

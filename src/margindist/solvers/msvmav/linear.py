@@ -41,6 +41,7 @@ from ._design import Design
 from ._direct import DirectSystem
 from ._history import History, MSVMAvResult, creeping, creeps_at, make_result
 from ._loops import dense_loop, unit
+from ._screen import MarginScreen
 
 __all__ = ["SOLVERS", "accelerated", "msvmav_iterate", "msvmav_linear", "solve_auto"]
 
@@ -55,6 +56,9 @@ MAX_DIRECT_SPARSE = 2048
 AUTO_CHECK = 100
 #: "auto" runs the compiled loop (:func:`._loops.dense_loop`) on dense X up to this many features.
 MAX_COMPILED = 128
+#: The NumPy loop screens the margins (:mod:`._screen`) when a pass over the rows costs at least
+#: this many multiply-adds (below, the screening's own NumPy calls cost more than the pass).
+SCREEN_MIN_WORK = 2**20
 
 
 def _choose_family(design, update):
@@ -185,7 +189,10 @@ def _run(design, system, hist, u, w, am_step, N, max_iter, tol, accel, stall, ca
     """The loop of :func:`msvmav_iterate` over a semi-variance ``system`` (direct or CG);
     returns (iterations, last iterate, converged). With ``accel`` the next point is the
     Anderson combination of the last iterates instead of T(w), and the run stops when the best
-    iterate is ``stall`` iterations old (0: never), or at iteration ``judge_at`` if it creeps."""
+    iterate is ``stall`` iterations old (0: never), or at iteration ``judge_at`` if it creeps.
+    Without ``accel``, and where a pass over the rows costs :data:`SCREEN_MIN_WORK` or more,
+    the margins are screened (:class:`._screen.MarginScreen`: the same active sets, passes only
+    every few iterations)."""
     S, nb = hist.S, system.nb
 
     N = np.ones(design.d) if N is None else N
@@ -193,7 +200,8 @@ def _run(design, system, hist, u, w, am_step, N, max_iter, tol, accel, stall, ca
     def norm(v):
         return float(np.sqrt(v @ (N * v)))
 
-    m = design.matvec(w)
+    screen = None if accel or design.work() < SCREEN_MIN_WORK else MarginScreen(design, hist.s, am_step)
+    m = design.matvec(w) if screen is None else screen.full_pass(w, np.zeros_like(w))
     theta = float(u @ w) / S
     A = m < theta
     hist.record(0, m, theta, A, int(np.count_nonzero(A)), w)
@@ -204,6 +212,8 @@ def _run(design, system, hist, u, w, am_step, N, max_iter, tol, accel, stall, ca
     for k in range(1, max_iter + 1):
         diff = np.flatnonzero(A != prevA)
         w_half, scheme = system.half_step(A, diff[A[diff]], diff[~A[diff]], theta, w, k)
+        if screen is not None:
+            screen.follow(A, diff)
         w_new = _unit(w_half + am_step, N, u, k)
         if callback is not None:
             callback({"k": k, "active": A, "theta": theta, "w_prev": w, "w_half": w_half,
@@ -213,11 +223,15 @@ def _run(design, system, hist, u, w, am_step, N, max_iter, tol, accel, stall, ca
             nxt = np.empty(w.shape[0])
             anderson_step(w, w_new - w, *state, nxt)
             w_new = _unit(nxt, N, u, k)
-        w = w_new
+        w_prev, w = w, w_new
         prevA = A
-        m = design.matvec(w)
-        A, converged = hist.advance(k, m, float(u @ w) / S, prevA, w, dw, scheme, log, tol)
-        theta = hist.rows[k, 0]
+        theta = float(u @ w) / S
+        screened = None if screen is None else screen.step(w, theta, A, system, w_half)
+        if screened is None:
+            m = design.matvec(w) if screen is None else screen.full_pass(w, w - w_prev)
+            A, converged = hist.advance(k, m, theta, prevA, w, dw, scheme, log, tol)
+        else:
+            A, converged = hist.advance(k, None, theta, prevA, w, dw, scheme, log, tol, screened=screened)
         if converged or accel and 0 < stall <= k - hist.best_k or k == judge_at and creeps_at(hist.rows, k):
             break
     return k, w, converged
