@@ -884,7 +884,7 @@ def test_numpy_loop_screening_falls_back_to_full_passes(monkeypatch, rule):
 
 
 @pytest.mark.parametrize("kind", ["dense", "float32", "csr", "col_scale"])
-def test_design_row_norms(rng, kind):
+def test_design_row_norms_and_products_at_rows(rng, kind):
     n, p = 40, 7
     B = rng.random((n, p)) * (rng.random((n, p)) < 0.5)
     r = rng.choice([-2.0, 1.0], n)
@@ -895,6 +895,10 @@ def test_design_row_norms(rng, kind):
     Z = r[:, None] * (Bf * c if c is not None else np.hstack([Bf, np.ones((n, 1))]))
     np.testing.assert_allclose(D.sq_row_norms(), np.einsum("ij,ij->i", Z, Z), rtol=1e-12)
     assert D.work() == (sp.csr_matrix(B).nnz if kind == "csr" else n * p)
+    w = rng.standard_normal(D.d)
+    idx = np.array([5, 0, 31, 5, 12])
+    np.testing.assert_allclose(D.matvec_at(idx, w), (Z @ w)[idx], rtol=1e-12)
+    assert D.matvec_at(idx[:0], w).shape == (0,)
 
 
 # --------------------------------------------------------------------------------------

@@ -190,6 +190,20 @@ def rows_dot(rows, w, out):
 
 
 @njit(cache=True)
+def rows_dot_at(rows, idx, w, out):
+    """out[t] = <w, xh_{idx[t]}> for the rows idx (no copy of them)."""
+    for t in range(idx.shape[0]):
+        out[t] = row_dot(rows, idx[t], w)
+
+
+@njit(cache=True)
+def rows_sq_norm(rows, out):
+    """out_i = ||xh_i||^2 for every row (no copy of sparse or float32 X)."""
+    for i in range(out.shape[0]):
+        out[i] = row_sq_norm(rows, i)
+
+
+@njit(cache=True)
 def row_sq_norm(rows, i):
     """||xh_i||^2 (float64)."""
     acc = 0.0

@@ -6,6 +6,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._gram import float64_blocks, x_dot, xt_dot
+from .._rows import make_rows, rows_dot_at, rows_sq_norm
 
 __all__ = ["Design"]
 
@@ -40,6 +41,7 @@ class Design:
         self._BT = B.T if self.sparse else None
         self.n, self.p = B.shape
         self.d = self.p + self.intercept
+        self._rows = None  # the row layer's view of B (:meth:`matvec_at`), made when first needed
 
     def matvec(self, w):
         """Z @ w (w of shape (d,) or (d, q))."""
@@ -50,6 +52,15 @@ class Design:
         if self.intercept:
             out = out + w[self.p]
         return _rowwise(self.r, out) * out
+
+    def matvec_at(self, idx, w):
+        """(Z @ w)[idx], read from the rows in place (one compiled pass over them)."""
+        if self._rows is None:
+            self._rows = make_rows(self.B, 1.0 if self.intercept else None)
+        v = w if self.c is None else self.c * w
+        out = np.empty(idx.size)
+        rows_dot_at(self._rows, np.asarray(idx, dtype=np.int64), np.ascontiguousarray(v, dtype=np.float64), out)
+        return self.r[idx] * out
 
     def rmatvec(self, t):
         """Z^T @ t (t of shape (n,) or (n, q))."""
@@ -102,16 +113,14 @@ class Design:
         return self.B.nnz if self.sparse else self.n * self.p
 
     def sq_row_norms(self):
-        """||z_i||^2 for every row."""
-        c2 = None if self.c is None else self.c * self.c
-        if self.sparse:
-            B2 = self.B.multiply(self.B).tocsr()
-            sq = np.asarray(B2.sum(axis=1)).ravel() if c2 is None else np.asarray(B2 @ c2).ravel()
-        else:
-            sq = np.empty(self.n)
+        """||z_i||^2 for every row (one compiled pass, no copy of B; with column scales, by blocks)."""
+        sq = np.empty(self.n)
+        if self.c is None:
+            rows_sq_norm(make_rows(self.B, 1.0 if self.intercept else None), sq)
+        else:  # the kernel path's eigenbasis: dense, no intercept
             for i, stop, Bi in float64_blocks(self.B):
-                sq[i:stop] = np.einsum("ij,ij->i", Bi, Bi) if c2 is None else (Bi * Bi) @ c2
-        return self.r * self.r * (sq + float(self.intercept))
+                sq[i:stop] = (Bi * Bi) @ (self.c * self.c)
+        return self.r * self.r * sq
 
     def sq_rmatvec(self, t):
         """sum_i t_i z_i * z_i (elementwise squares): the diagonal of Z^T diag(t) Z."""

@@ -58,8 +58,7 @@ class MarginScreen:
         """G a for the active set A (``changed``: the rows that changed side since the last call,
         None: from scratch)."""
         if self.Gam is None or changed is None:
-            idx = np.flatnonzero(A)
-            self.Gam = self.design.subset(idx).rmatvec(self.s[idx] * self.zam[idx])
+            self.Gam = self.design.rmatvec(np.where(A, self.s * self.zam, 0.0))
         elif changed.size:
             sign = np.where(A[changed], 1.0, -1.0)
             self.Gam += self.design.subset(changed).rmatvec(sign * self.s[changed] * self.zam[changed])
@@ -82,10 +81,10 @@ class MarginScreen:
         if not quad >= CANCEL * size:
             return None
         A_new = gap < 0.0
-        m_near = design.subset(near).matvec(w)
+        m_near = design.matvec_at(near, w)
         A_new[near] = m_near < theta
         changed = np.flatnonzero(A_new != A)
-        m_ch = design.subset(changed).matvec(w)
+        m_ch = design.matvec_at(changed, w)
         short = theta - m_ch
         sign = np.where(A_new[changed], 1.0, -1.0)
         return A_new, quad + float(np.sum(sign * s[changed] * short * short)), changed
