@@ -17,8 +17,9 @@ normalised sum of the step's solution x and the fixed average-margin step a
 G w = c (nb (H x - P x) + G a), and G a follows the changes of A through the changed rows
 (O(their non-zeros)). A full pass runs instead when more than :data:`FULL_FRACTION` of the
 rows would need their margin, or when the quadratic form loses too many digits to
-cancellation. The active sets are exactly those of the full passes; the semi-variance agrees
-with them to rounding.
+cancellation. The active sets are those of the full passes (a margin within rounding of theta
+could fall on the other side: the recomputed margins are summed in another order); the
+semi-variance agrees with them to rounding.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class MarginScreen:
             self.Gam += self.design.subset(changed).rmatvec(sign * self.s[changed] * self.zam[changed])
 
     def step(self, w, theta, A, system, x):
-        """(A_{k+1}, sum_{A_{k+1}} s_i (theta - m_i)^2, changed rows) at w = unit(x + a), from the
+        """(A_{k+1}, sum_{A_{k+1}} s_i (theta - m_i)^2) at w = unit(x + a), from the
         reference margins, the system's state on A = A_k (``system.g``, ``system.Hx`` = H x,
         ``system.P``, ``system.nb``) and the recomputed margins of the rows near theta; None when
         a full pass is due."""
@@ -87,7 +88,7 @@ class MarginScreen:
         m_ch = design.matvec_at(changed, w)
         short = theta - m_ch
         sign = np.where(A_new[changed], 1.0, -1.0)
-        return A_new, quad + float(np.sum(sign * s[changed] * short * short)), changed
+        return A_new, quad + float(np.sum(sign * s[changed] * short * short))
 
     def _quad(self, w, theta, A, system, x):
         """The quadratic form over A_k at w and the sum of its terms' magnitudes."""
