@@ -899,6 +899,9 @@ def test_design_row_norms_and_products_at_rows(rng, kind):
     idx = np.array([5, 0, 31, 5, 12])
     np.testing.assert_allclose(D.matvec_at(idx, w), (Z @ w)[idx], rtol=1e-12)
     assert D.matvec_at(idx[:0], w).shape == (0,)
+    t = rng.standard_normal(idx.size)
+    np.testing.assert_allclose(D.rmatvec_at(idx, t), Z[idx].T @ t, rtol=1e-12, atol=1e-14)
+    np.testing.assert_array_equal(D.rmatvec_at(idx[:0], t[:0]), np.zeros(D.d))
 
 
 # --------------------------------------------------------------------------------------

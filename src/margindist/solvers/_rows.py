@@ -197,6 +197,13 @@ def rows_dot_at(rows, idx, w, out):
 
 
 @njit(cache=True)
+def rows_axpy_at(rows, idx, c, out):
+    """out += sum_t c[t] xh_{idx[t]} (no copy of the rows)."""
+    for t in range(idx.shape[0]):
+        row_axpy(rows, idx[t], c[t], out)
+
+
+@njit(cache=True)
 def rows_sq_norm(rows, out):
     """out_i = ||xh_i||^2 for every row (no copy of sparse or float32 X)."""
     for i in range(out.shape[0]):

@@ -6,7 +6,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._gram import float64_blocks, x_dot, xt_dot
-from .._rows import make_rows, rows_dot_at, rows_sq_norm
+from .._rows import make_rows, rows_axpy_at, rows_dot_at, rows_sq_norm
 
 __all__ = ["Design"]
 
@@ -53,14 +53,23 @@ class Design:
             out = out + w[self.p]
         return _rowwise(self.r, out) * out
 
-    def matvec_at(self, idx, w):
-        """(Z @ w)[idx], read from the rows in place (one compiled pass over them)."""
+    def _row_view(self):
         if self._rows is None:
             self._rows = make_rows(self.B, 1.0 if self.intercept else None)
+        return self._rows
+
+    def matvec_at(self, idx, w):
+        """(Z @ w)[idx], read from the rows in place (one compiled pass over them)."""
         v = w if self.c is None else self.c * w
         out = np.empty(idx.size)
-        rows_dot_at(self._rows, np.asarray(idx, dtype=np.int64), np.ascontiguousarray(v, dtype=np.float64), out)
+        rows_dot_at(self._row_view(), np.asarray(idx, dtype=np.int64), np.ascontiguousarray(v, dtype=np.float64), out)
         return self.r[idx] * out
+
+    def rmatvec_at(self, idx, t):
+        """Z[idx]^T t, read from the rows in place (one compiled pass over them)."""
+        out = np.zeros(self.d)
+        rows_axpy_at(self._row_view(), np.asarray(idx, dtype=np.int64), self.r[idx] * t, out)
+        return out if self.c is None else self.c * out
 
     def rmatvec(self, t):
         """Z^T @ t (t of shape (n,) or (n, q))."""

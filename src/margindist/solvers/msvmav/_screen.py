@@ -62,7 +62,7 @@ class MarginScreen:
             self.Gam = self.design.rmatvec(np.where(A, self.s * self.zam, 0.0))
         elif changed.size:
             sign = np.where(A[changed], 1.0, -1.0)
-            self.Gam += self.design.subset(changed).rmatvec(sign * self.s[changed] * self.zam[changed])
+            self.Gam += self.design.rmatvec_at(changed, sign * self.s[changed] * self.zam[changed])
 
     def step(self, w, theta, A, system, x):
         """(A_{k+1}, sum_{A_{k+1}} s_i (theta - m_i)^2) at w = unit(x + a), from the
