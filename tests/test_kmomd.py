@@ -669,7 +669,7 @@ class _ScriptedSMO:
     ([2.0, 1.8], True, 1),  # 10 % per m: dozens of m to go, the Newton phase at once
     ([2.0, 2.2], True, 1),  # no progress
     ([2.0, 0.2, 0.19], True, 2),  # fast, then slow
-    ([2.0, 1.0], True, 1),  # 2x per m: 9 m to go, over the budget of 8
+    ([2.0, 1.333], True, 1),  # 1.5x per m: 16 m to go, over the budget of 16
 ])
 def test_smo_goes_on_before_the_partial_cache_newton_phase_only_while_fast(script, newton, runs):
     """With a partial cache the SMO continues by m updates while its violation, at the rate of the
