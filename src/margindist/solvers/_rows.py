@@ -205,7 +205,8 @@ def rows_axpy_at(rows, idx, c, out):
 
 @njit(cache=True)
 def rows_sq_norm(rows, out):
-    """out_i = ||xh_i||^2 for every row (no copy of sparse or float32 X)."""
+    """out_i = ||xh_i||^2 for every row (no copy of sparse or float32 X). :func:`row_sq_norms`
+    keeps SciPy's sums for its many callers: this loop's order differs from them in the last bit."""
     for i in range(out.shape[0]):
         out[i] = row_sq_norm(rows, i)
 

@@ -125,13 +125,11 @@ class History:
     def advance(self, k, m, theta, prevA, w, step, scheme, log, tol, screened=None):
         """Record iterate k (margins m, average margin theta); returns (A_k, tol met).
         ``screened``: (A_k, sum_{A_k} s_i (theta - m_i)^2) from :mod:`._screen` instead of m."""
+        A = m < theta if screened is None else screened[0]
+        changes = int(np.count_nonzero(A != prevA))
         if screened is None:
-            A = m < theta
-            changes = int(np.count_nonzero(A != prevA))
             self.record(k, m, theta, A, changes, w, step, scheme)
         else:
-            A = screened[0]
-            changes = int(np.count_nonzero(A != prevA))
             self._store(k, theta, screened[1], A, changes, w, step, scheme)
         if log is not None and log.isEnabledFor(10):
             log.debug("MSVMAv iteration %d (%s): theta=%.6g SV/theta^2=%.6g |A|=%d changes=%d |dw|=%.3g",

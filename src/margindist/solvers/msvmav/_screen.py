@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._loops import SCREEN_FULL_FRACTION
+
 __all__ = ["MarginScreen"]
 
 #: A full pass over the rows replaces the screening when more rows than this fraction would
-#: need their margin recomputed (the compiled loop's rule, :data:`._loops.SCREEN_FULL_FRACTION`).
-FULL_FRACTION = 1.0 / 16.0
+#: need their margin recomputed (the compiled loop's rule).
+FULL_FRACTION = SCREEN_FULL_FRACTION
 #: The quadratic form is trusted when it keeps at least this fraction of the size of its terms.
 CANCEL = 1e-6
 
