@@ -465,9 +465,7 @@ def compute_kernel_row(cache, i, out):
         g32, o32 = np.float32(cache.params[0]), cache.work32
         for start in range(0, m, _ROW_CHUNK):
             stop = min(start + _ROW_CHUNK, m)
-            o = o32[0, : stop - start]
-            rbf_chunk32(cache.X32, g32, i, start, stop, o, o32[1, : stop - start])
-            out[start:stop] = o
+            rbf_chunk32(cache.X32, g32, i, start, stop, out[start:stop], o32[1, : stop - start])
         return
     work, sqn = cache.work, cache.sq_norms
     si = sqn[i] if sqn.shape[0] > 0 else 0.0
