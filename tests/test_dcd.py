@@ -117,6 +117,36 @@ def test_block_sweeps_of_a_small_cache_reach_the_optimum_with_fewer_rows(rng, mo
     assert cache.misses < 0.6 * plain_cache.misses, (cache.misses, plain_cache.misses)
 
 
+@pytest.mark.parametrize("m,slots,sort", [(300, 60, False), (301, 60, True), (1000, 700, False), (50, 3, False)])
+def test_block_sweeps_keep_kv_exact_after_each_sweep(rng, m, slots, sort):
+    """Within a block the changes update kv on the block's columns only, and each changed row
+    reaches the rest of kv at the block's end: after every sweep u = Q gamma + o exactly, for
+    blocks of runs that do not divide m, rows sorted by label (one-class runs), a float32 cache
+    and a cache of three rows (blocks of one row); and the run ends at scipy's optimum."""
+    X, y, n_var, D, p, U = _problem(rng, m=m)
+    if sort:
+        order = np.argsort(y, kind="stable")
+        X, y = X[order], y[order]
+    spec = resolve_kernel("rbf", X, gamma=0.2)
+    K = spec(X)
+    o = rng.normal(size=m)
+    for dtype in (np.float64, np.float32):
+        for sweeps in (1, 2, 3):
+            cache = KernelRowCache(spec, X, max_bytes=slots * m * np.dtype(dtype).itemsize, dtype=dtype)
+            assert cache.state.slots.shape[0] == slots
+            res = dcd_kernel(y, D, p, U, n_var=n_var, cache=cache, u0=o, max_iter=sweeps, random_state=1,
+                             warn_label=None)
+            Kc = np.array([cache.row(i).astype(np.float64) for i in range(m)])  # the values the solver used
+            u = y * ((Kc + 1.0) @ (y * res.gamma(m))) + o
+            np.testing.assert_allclose(res.u, u, rtol=0, atol=1e-10 * max(1.0, np.abs(u).max()))
+    res = dcd_kernel(y, D, p, U, n_var=n_var, cache=KernelRowCache(spec, X, max_bytes=slots * 8 * m), u0=o,
+                     tol=1e-9, max_iter=5000, random_state=0)
+    assert res.converged
+    Q = (y[:, None] * (K + 1.0)) * y[None, :]
+    ref, f = _reference(Q, D, p + np.concatenate([o, -o]), U, m)  # o^T gamma: +o on alpha, -o on beta
+    assert f(res.a) == pytest.approx(ref, rel=1e-6, abs=1e-8)
+
+
 @pytest.mark.parametrize("two_sided,finite_box", [(True, False), (False, True)])
 def test_greedy_selection_reaches_the_optimum(rng, two_sided, finite_box):
     """Greedy steps (every row at hand) end on scipy's optimum and the random epochs' point, from

@@ -29,7 +29,8 @@ Two data paths, both maintaining the gradient information incrementally:
   a general symmetric Q is K = Q with y = 1, B = 0). Each epoch streams the rows of the
   variables that move, so the cost is memory-bound: float32 rows halve it. When the cache holds
   fewer rows than there are samples, epochs become block sweeps (:func:`_kernel_block_epochs`:
-  a few epochs on each block of cached rows), which compute about a third of the kernel rows.
+  a few epochs on each block of cached rows, whose changes reach kv outside the block once, at
+  its end), which compute about a third of the kernel rows.
 
 The coordinate step is the exact minimiser over one variable, projected on its box:
 ``a_k <- clip(a_k - g_k / (Q_ii + D_k), 0, U_k)`` with g_k = s_k u_i + D_k a_k + p_k. Each
@@ -273,17 +274,22 @@ def _add_row(cache, i, c, kv):
         kv[j] += c * row[j]
 
 
+@njit(cache=True, inline="always")
+def _flush8(r0, r1, r2, r3, r4, r5, r6, r7, pc, kv):
+    """kv += sum_q pc[q] r_q over eight rows in one pass."""
+    c0, c1, c2, c3, c4, c5, c6, c7 = pc[0], pc[1], pc[2], pc[3], pc[4], pc[5], pc[6], pc[7]
+    for j in range(kv.shape[0]):
+        kv[j] += (c0 * r0[j] + c1 * r1[j] + c2 * r2[j] + c3 * r3[j]) + (
+            c4 * r4[j] + c5 * r5[j] + c6 * r6[j] + c7 * r7[j])
+
+
 @njit(cache=True)
 def _flush(slots, ps, pc, n, kv):
     """kv += sum_t pc[t] * slots[ps[t]] for the n pending rows, in one pass when n = 8 (the pass is
     memory-bound: eight rows per pass read and write kv once instead of eight times)."""
     if n == 8:
-        r0, r1, r2, r3 = slots[ps[0]], slots[ps[1]], slots[ps[2]], slots[ps[3]]
-        r4, r5, r6, r7 = slots[ps[4]], slots[ps[5]], slots[ps[6]], slots[ps[7]]
-        c0, c1, c2, c3, c4, c5, c6, c7 = pc[0], pc[1], pc[2], pc[3], pc[4], pc[5], pc[6], pc[7]
-        for j in range(kv.shape[0]):
-            kv[j] += (c0 * r0[j] + c1 * r1[j] + c2 * r2[j] + c3 * r3[j]) + (
-                c4 * r4[j] + c5 * r5[j] + c6 * r6[j] + c7 * r7[j])
+        _flush8(slots[ps[0]], slots[ps[1]], slots[ps[2]], slots[ps[3]], slots[ps[4]], slots[ps[5]],
+                slots[ps[6]], slots[ps[7]], pc, kv)
     else:
         for t in range(n):
             row = slots[ps[t]]
@@ -335,33 +341,45 @@ def _pending_rows(group, n_slots, reserved):
 
 
 @njit(cache=True, inline="always")
-def _visit(i, kp, qp, a, ps, pc, npend, group, shrinking, pg_hi, pg_lo, stats):
-    """The exact steps on the variables of sample i (:func:`_coordinate_steps`), with u_i from kv
-    and the ``npend`` pending rows (slots ``ps``, coefficients ``pc``) seen through their entry
-    i. A change of gamma_i joins the pending rows, which are added to kv in one pass once
-    ``group`` are pending (or goes straight into kv when group <= 1). Returns (pending count,
-    whether the variables of i may be shrunk)."""
-    y, cache = qp.y, kp.cache
-    slots = cache.slots
-    m = y.shape[0]
-    ki = kp.kv[i]
+def _step_at(i, ki, kp, qp, a, ps, pc, npend, shrinking, pg_hi, pg_lo, stats):
+    """The exact steps on the variables of sample i (:func:`_coordinate_steps`), with u_i from
+    ``ki`` (kv_i without the pending rows) and the ``npend`` pending rows (slots ``ps``,
+    coefficients ``pc``) seen through their entry i. Returns (change of y_i gamma_i, whether the
+    variables of i may be shrunk); sb follows the change."""
+    y, slots = qp.y, kp.cache.slots
     for t in range(npend):
         ki += pc[t] * slots[ps[t], i]
     ui = y[i] * (ki + kp.bias2 * kp.sb[0]) + kp.o[i]
-    dg, shrink = _coordinate_steps(i, m, a.shape[0] // m, ui, qp.qd[i], qp.D, qp.p, qp.U, a, shrinking,
-                                   pg_hi, pg_lo, stats)
-    if dg != 0.0:
-        c = dg * y[i]
-        kp.sb[0] += c
+    dg, shrink = _coordinate_steps(i, y.shape[0], a.shape[0] // y.shape[0], ui, qp.qd[i], qp.D, qp.p, qp.U, a,
+                                   shrinking, pg_hi, pg_lo, stats)
+    c = dg * y[i]
+    kp.sb[0] += c
+    return c, shrink
+
+
+@njit(cache=True, inline="always")
+def _pend(cache, i, c, ps, pc, npend):
+    """Row i (fetched into the cache) joins the pending rows with coefficient c."""
+    cache_row(cache, i)
+    ps[npend] = cache.slot_of[i]
+    pc[npend] = c
+    return npend + 1
+
+
+@njit(cache=True, inline="always")
+def _visit(i, kp, qp, a, ps, pc, npend, group, shrinking, pg_hi, pg_lo, stats):
+    """:func:`_step_at` on sample i with u_i from kv. A change of gamma_i joins the pending
+    rows, which are added to kv in one pass once ``group`` are pending (or goes straight into
+    kv when group <= 1). Returns (pending count, whether the variables of i may be shrunk)."""
+    cache = kp.cache
+    c, shrink = _step_at(i, kp.kv[i], kp, qp, a, ps, pc, npend, shrinking, pg_hi, pg_lo, stats)
+    if c != 0.0:
         if group <= 1:
             _add_row(cache, i, c, kp.kv)
         else:
-            cache_row(cache, i)
-            ps[npend] = cache.slot_of[i]
-            pc[npend] = c
-            npend += 1
+            npend = _pend(cache, i, c, ps, pc, npend)
             if npend == group:
-                _flush(slots, ps, pc, npend, kp.kv)
+                _flush(cache.slots, ps, pc, npend, kp.kv)
                 npend = 0
     return npend, shrink
 
@@ -403,7 +421,94 @@ def _kernel_epochs(kp, qp, opts, a, rng):
 
 
 #: Block sweeps (:func:`_kernel_block_epochs`): epochs over one block of cached rows, at most.
+#: Block sweeps (:func:`_kernel_block_epochs`): epochs over one block of cached rows, at most.
 _BLOCK_INNER = 5
+#: Block sweeps cut the samples into runs of this many consecutive indices (at most; an eighth of
+#: a block for small blocks): a block is a random set of runs, so a change updates the block's
+#: entries of kv through contiguous pieces of its row.
+_RUN = 256
+
+
+@njit(cache=True)
+def _flush_runs(slots, ps, pc, n, kvB, starts, nruns, run, m):
+    """kvB += sum_q pc[q] * slots[ps[q], J] on the block's columns J: the runs starting at
+    ``starts[:nruns]``, laid end to end in kvB (eight rows a pass when n = 8)."""
+    pos = 0
+    for r in range(nruns):
+        lo = starts[r]
+        hi = min(lo + run, m)
+        kb = kvB[pos : pos + hi - lo]
+        if n == 8:
+            _flush8(slots[ps[0], lo:hi], slots[ps[1], lo:hi], slots[ps[2], lo:hi], slots[ps[3], lo:hi],
+                    slots[ps[4], lo:hi], slots[ps[5], lo:hi], slots[ps[6], lo:hi], slots[ps[7], lo:hi], pc, kb)
+        else:
+            for q in range(n):
+                row = slots[ps[q], lo:hi]
+                c = pc[q]
+                for j in range(hi - lo):
+                    kb[j] += c * row[j]
+        pos += hi - lo
+
+
+@njit(cache=True)
+def _apply_block(cache, idx, dB, nB, ps, pc, kv):
+    """kv += sum_t dB[t] K[idx[t], :] over the block's changed rows (all still cached), eight
+    rows a pass."""
+    n = 0
+    for t in range(nB):
+        if dB[t] != 0.0:
+            ps[n] = cache.slot_of[idx[t]]
+            pc[n] = dB[t]
+            n += 1
+            if n == ps.shape[0]:
+                _flush(cache.slots, ps, pc, n, kv)
+                n = 0
+    if n > 0:
+        _flush(cache.slots, ps, pc, n, kv)
+
+
+@njit(cache=True)
+def _block_epochs(kp, qp, opts, a, rng, starts, nruns, run, idx, local, kvB, dB, ps, pc, group, stats):
+    """Up to :data:`_BLOCK_INNER` epochs over one block (the runs ``starts[:nruns]``, samples
+    ``idx``), in a random order each, stopping once the block's projected-gradient spread is at
+    most tol. u_i comes from kvB, the block's entries of kv, which the changes update on the
+    block's columns only; ``dB`` collects each sample's net change, added to the whole of kv at
+    the block's end. Adds the first epoch's extremes to ``stats``."""
+    cache = kp.cache
+    m = qp.y.shape[0]
+    inner_stats = np.empty(2)
+    nB = 0
+    for r in range(nruns):
+        for i in range(starts[r], min(starts[r] + run, m)):
+            idx[nB] = i
+            kvB[nB] = kp.kv[i]
+            dB[nB] = 0.0
+            local[nB] = nB
+            nB += 1
+    npend = 0
+    for inner in range(_BLOCK_INNER):
+        rng_shuffle(local, nB, rng)
+        inner_stats[0] = -np.inf
+        inner_stats[1] = np.inf
+        for s in range(nB):
+            t = local[s]
+            i = idx[t]
+            c, _ = _step_at(i, kvB[t], kp, qp, a, ps, pc, npend, False, np.inf, -np.inf, inner_stats)
+            if c != 0.0:
+                dB[t] += c
+                npend = _pend(cache, i, c, ps, pc, npend)
+                if npend >= group:
+                    _flush_runs(cache.slots, ps, pc, npend, kvB, starts, nruns, run, m)
+                    npend = 0
+        if npend > 0:
+            _flush_runs(cache.slots, ps, pc, npend, kvB, starts, nruns, run, m)
+            npend = 0
+        if inner == 0:
+            stats[0] = max(stats[0], inner_stats[0])
+            stats[1] = min(stats[1], inner_stats[1])
+        if inner_stats[0] - inner_stats[1] <= opts.tol:
+            break
+    _apply_block(cache, idx, dB, nB, ps, pc, kp.kv)
 
 
 @njit(cache=True)
@@ -411,44 +516,41 @@ def _kernel_block_epochs(kp, qp, opts, a, rng, block):
     """The kernel path when the cache holds fewer rows than there are samples.
 
     Random-order epochs then miss the cache on nearly every row (a least-recently-used cache
-    over a cyclic pass keeps the rows that come last). Here each sweep visits the samples in a
-    random order cut into blocks of ``block`` rows, fewer than the cache holds: a block's rows are
-    fetched once and up to :data:`_BLOCK_INNER` epochs run over the block while they stay cached
-    (stopping early when the block's projected-gradient spread is at most tol). The same exact
-    coordinate steps, so the same problem and optimum; about a third of the kernel rows of the
-    plain epochs on ODM's problems. The stopping rule is LIBLINEAR's on the first epoch of
-    every block (each variable's projected gradient where the sweep meets it). No shrinking.
-    Returns (sweeps, converged)."""
+    over a cyclic pass keeps the rows that come last). Here each sweep cuts the samples into
+    blocks of at most ``block`` rows, fewer than the cache holds, each a random set of runs of
+    :data:`_RUN` consecutive indices: a block's rows are fetched once and up to
+    :data:`_BLOCK_INNER` epochs run over the block while they stay cached
+    (:func:`_block_epochs`). Within a block a change updates kv on the block's columns only
+    (block / m of a row, in contiguous runs), and each changed row is added to the whole of kv
+    once, at the block's end. The same exact coordinate steps, so the same problem and
+    optimum; about a third of the kernel rows of the plain epochs on ODM's problems. The
+    stopping rule is LIBLINEAR's on the first epoch of every block (each variable's projected
+    gradient where the sweep meets it). No shrinking. Returns (sweeps, converged)."""
     m = qp.y.shape[0]
-    index = np.arange(m)
+    run = max(1, min(_RUN, block // 8))
+    n_runs = (m + run - 1) // run
+    run_order = np.arange(n_runs)
+    per_block = block // run
     stats = np.empty(2)
-    inner_stats = np.empty(2)
-    group, ps, pc = _pending_rows(opts.group, kp.cache.slots.shape[0], block + 1)
-    npend = 0
+    size = per_block * run
+    group, ps, pc = _pending_rows(opts.group, kp.cache.slots.shape[0], size + 1)
+    group = max(group, 1)
+    starts = np.empty(per_block, dtype=np.int64)
+    idx = np.empty(size, dtype=np.int64)
+    local = np.empty(size, dtype=np.int64)
+    kvB = np.empty(size)
+    dB = np.empty(size)
     it = 0
     converged = False
     while it < opts.max_iter and not converged:
-        rng_shuffle(index, m, rng)
+        rng_shuffle(run_order, n_runs, rng)
         stats[0] = -np.inf
         stats[1] = np.inf
-        for b0 in range(0, m, block):
-            b1 = min(b0 + block, m)
-            for inner in range(_BLOCK_INNER):
-                if inner > 0:
-                    rng_shuffle(index[b0:b1], b1 - b0, rng)
-                inner_stats[0] = -np.inf
-                inner_stats[1] = np.inf
-                for s in range(b0, b1):
-                    npend, _ = _visit(index[s], kp, qp, a, ps, pc, npend, group, False, np.inf, -np.inf,
-                                      inner_stats)
-                if npend > 0:
-                    _flush(kp.cache.slots, ps, pc, npend, kp.kv)
-                    npend = 0
-                if inner == 0:
-                    stats[0] = max(stats[0], inner_stats[0])
-                    stats[1] = min(stats[1], inner_stats[1])
-                if inner_stats[0] - inner_stats[1] <= opts.tol:
-                    break
+        for r0 in range(0, n_runs, per_block):
+            nruns = min(per_block, n_runs - r0)
+            for r in range(nruns):
+                starts[r] = run_order[r0 + r] * run
+            _block_epochs(kp, qp, opts, a, rng, starts, nruns, run, idx, local, kvB, dB, ps, pc, group, stats)
         it += 1
         converged = stats[0] - stats[1] <= opts.tol
     return it, converged
