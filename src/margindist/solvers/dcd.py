@@ -421,7 +421,6 @@ def _kernel_epochs(kp, qp, opts, a, rng):
 
 
 #: Block sweeps (:func:`_kernel_block_epochs`): epochs over one block of cached rows, at most.
-#: Block sweeps (:func:`_kernel_block_epochs`): epochs over one block of cached rows, at most.
 _BLOCK_INNER = 5
 #: Block sweeps cut the samples into runs of this many consecutive indices (at most; an eighth of
 #: a block for small blocks): a block is a random set of runs, so a change updates the block's
