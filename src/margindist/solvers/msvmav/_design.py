@@ -125,7 +125,7 @@ class Design:
         """||z_i||^2 for every row (one compiled pass, no copy of B; with column scales, by blocks)."""
         sq = np.empty(self.n)
         if self.c is None:
-            rows_sq_norm(make_rows(self.B, 1.0 if self.intercept else None), sq)
+            rows_sq_norm(self._row_view(), sq)
         else:  # the kernel path's eigenbasis: dense, no intercept
             for i, stop, Bi in float64_blocks(self.B):
                 sq[i:stop] = (Bi * Bi) @ (self.c * self.c)
