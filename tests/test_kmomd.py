@@ -17,6 +17,7 @@ from margindist.kernels import KernelRowCache, KernelSpec, kernel_matrix, resolv
 from margindist.models.kmomd import KMOMD
 from margindist.solvers.kmomd import (
     _NEWTON_MAX_CG,
+    _kernel_block_product,
     _neg_dual,
     _waterfill,
     _woodbury_preconditioner,
@@ -646,6 +647,42 @@ def test_newton_phase_with_rows_beyond_the_cache():
     np.testing.assert_allclose(small.objective, f_qp, rtol=1e-9)
     with pytest.raises(ValueError, match="newton"):
         kmomd_kernel(spec, X, y, None, 0.05, newton="yes")
+
+
+def test_newton_phase_stops_at_a_point_that_meets_the_stopping_rule(monkeypatch):
+    """PCG solves: at tol = 1e-2 the phase ends as soon as its iterate has no negative weight and
+    meets the SMO's rule (an iteration earlier than at tol = 1e-3 here), and the SMO after it only
+    checks; the rule holds at the exact gradient."""
+    monkeypatch.setattr("margindist.solvers.kmomd._NEWTON_DIRECT_MAX", 0)
+    X, y = _data(m=150, seed=34, sep=0.5)
+    spec = resolve_kernel("rbf", X, gamma=1.0)
+    loose = kmomd_kernel(spec, X, y, None, 0.02, tol=1e-2, newton=True)
+    tight = kmomd_kernel(spec, X, y, None, 0.02, tol=1e-3, newton=True)
+    assert loose.converged and tight.converged and loose.n_iter == tight.n_iter == 2 * y.size
+    assert loose.newton_iter < tight.newton_iter
+    G = 2 * 0.98 * y * (kernel_matrix(spec, X) @ (y * loose.gamma)) + 2 * 0.02 * loose.gamma
+    viol = max(G[(y == c) & (loose.gamma > 0)].max() - G[y == c].min() for c in (1.0, -1.0))
+    assert viol <= 1e-2 * 2 * loose.objective
+
+
+def test_support_products_hold_rows_of_the_support_in_the_cache():
+    """With a support I larger than the cache, the products V K_II first fill the cache with rows
+    of I (the rows of I already cached stay, the others replace rows outside I), so that each
+    product reads them instead of computing their values; the product is K_II's."""
+    X, _ = _data(m=60, seed=34)
+    spec = resolve_kernel("rbf", X, gamma=0.5)
+    cache = KernelRowCache(spec, X, max_bytes=8 * 60 * 12)  # 12 rows
+    cache.prefill(np.arange(40, 52))  # rows outside the support, then two of its rows
+    cache.prefill([0, 2])
+    idx = np.arange(0, 40, 2)  # 20 rows
+    misses = cache.misses
+    kmul = _kernel_block_product(cache, idx, 0, [None])
+    held = np.flatnonzero(cache.state.slot_of >= 0)
+    assert held.size == 12 and np.isin(held, idx).all() and {0, 2} <= set(held)
+    assert cache.misses - misses == 10  # rows 0 and 2 were not computed again
+    V = np.random.default_rng(35).standard_normal((2, idx.size))
+    K = kernel_matrix(spec, X)
+    np.testing.assert_allclose(kmul(V), V @ K[np.ix_(idx, idx)], rtol=1e-12, atol=1e-12)
 
 
 class _ScriptedSMO:

@@ -550,6 +550,13 @@ def cache_row(cache, i):
 
 
 @njit(cache=True)
+def _cache_rows(cache, rows):
+    """:func:`cache_row` for each of ``rows`` in turn."""
+    for i in rows:
+        cache_row(cache, i)
+
+
+@njit(cache=True)
 def _fill_rows(cache, lo, hi):
     """Rows lo..hi-1 into their own slots (slot i = row i), each counted as a miss."""
     slots, slot_of = cache.slots, cache.slot_of
@@ -1082,8 +1089,7 @@ class KernelRowCache:
         if rows is None:
             _fill_rows(self.state, 0, self.n_slots)
         else:
-            for i in np.asarray(rows, dtype=np.int64)[: self.n_slots]:
-                cache_row(self.state, int(i))
+            _cache_rows(self.state, np.asarray(rows, dtype=np.int64)[: self.n_slots])
         return self.n_slots
 
     def matrix(self) -> np.ndarray | None:

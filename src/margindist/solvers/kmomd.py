@@ -596,8 +596,13 @@ _NEWTON_PARTIAL_BUDGET = 16
 #: At most this many active-set iterations (the phase usually ends after 4-10).
 _NEWTON_MAX_ITER = 30
 _EARLY_TOL = 0.01
-#: At most this many Nystrom landmarks in the preconditioner.
+#: At most this many Nystrom landmarks in the preconditioner...
 _NEWTON_RANK = 300
+#: ... and with a partial cache, where a product with a support larger than the cache computes
+#: most of its kernel values, so that fewer products repay the larger factor (magic, 14 000
+#: rows, 3744 cached, lam = 0.01: 556 landmarks, 106 products instead of 204; a rank of 900
+#: took 67 products but as long in all, its factor costing O(m rank^2)).
+_NEWTON_RANK_PARTIAL = 600
 #: Conjugate-gradient iterations per active-set iteration, at most.
 _NEWTON_MAX_CG = 300
 #: From a support of at most this many examples the Newton phase solves its systems directly
@@ -614,7 +619,9 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
     equal to 1, i.e. two solves with H_II and a 2 x 2 system for the multipliers nu. Then I is
     updated (Hintermueller, Ito, Kunisch 2002): examples of I whose weight came out negative leave,
     examples outside whose gradient is below their class's multiplier enter; when I no longer
-    changes, the KKT conditions hold (up to the accuracy of the solves). The solves are conjugate
+    changes, the KKT conditions hold (up to the accuracy of the solves); the phase ends earlier at
+    an iterate without negative weights that meets the SMO's stopping rule (its gradient is
+    computed for the update of I anyway). The solves are conjugate
     gradients with two right-hand sides (one pass over the kernel rows of I per iteration for
     both), preconditioned by P = 2 (1 - lam) Y (F^T F + diag(d)) Y + 2 lam W^-1 from a pivoted
     partial Cholesky factor F of K (Nystrom landmarks chosen greedily among the starting support,
@@ -624,11 +631,11 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
 
     The products with K_II read the principal block of K on I, gathered once per iteration when
     it fits in ``block_bytes``, else the full cached rows of I, or, when the cache holds fewer
-    rows than I, the cached ones and the triangle of the others, computed at each product
-    (:func:`_kernel_block_product`). Returns (gamma, G, iterations, conjugate-gradient
-    products with H) with gamma feasible (negative weights dropped, each class renormalised) and
-    G its exact gradient, or None when a class loses its support or the phase ends without a
-    point.
+    rows than I, the cached ones (the cache first filled with rows of I) and the triangle of the
+    others, computed at each product (:func:`_kernel_block_product`). Returns (gamma, G,
+    iterations, conjugate-gradient products with H) with gamma feasible (negative weights
+    dropped, each class renormalised) and G its exact gradient, or None when a class loses its
+    support or the phase ends without a point.
     """
     from scipy.linalg import cho_factor
 
@@ -642,7 +649,8 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
         rank, F, dres = 0, None, None
     else:
         diag = np.ascontiguousarray(cache.diag, dtype=np.float64)
-        r_max = int(min(_NEWTON_RANK, m, max(cache.n_slots // 4, 1)))
+        rank_max = _NEWTON_RANK if cache.n_slots >= m else _NEWTON_RANK_PARTIAL
+        r_max = int(min(rank_max, m, max(cache.n_slots // 4, 1)))
         F = np.zeros((r_max, m))
         # landmarks among the starting support: the residual matters on the examples that carry weight
         rank, dres = _pivoted_cholesky(state, diag, gamma > 0, r_max, 0.05 * lam / ((1.0 - lam) * w.max()), F,
@@ -690,6 +698,8 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
         g = np.zeros(m)
         g[idx] = gI
         G = _kmomd_gradient(cache, y, g, idx, a2, b2 * inv_w)
+        if not np.any(gI < 0.0) and _violation(G, g, pos) <= tol * float(g @ G):
+            return g, G, n_it, n_cg  # feasible, and it meets the SMO's stopping rule
         I_new = (I & (g > 0)) | (~I & (G < np.where(pos, nu[0], nu[1])))
         changes = int(np.count_nonzero(I_new != I))
         if cg_tol > final_tol and (changes <= 0.05 * n or changes >= prev_changes):
@@ -774,9 +784,16 @@ def _kernel_block_product(cache, idx, block_bytes, block):
     """V -> V K_II: from the principal block of K on I, gathered once into ``block[0]`` (reused
     across iterations) when it fits in ``block_bytes``, else from the full cached rows of I, or,
     when the cache cannot hold them all, by :meth:`~margindist.kernels.KernelRowCache.dot` on I
-    (the rows of I that are cached, and the triangle of the others computed at each product)."""
+    (the rows of I that are cached, and the triangle of the others computed at each product).
+    In that case the cache is first filled with rows of I, those already cached kept: a row
+    costs one pass, and its values then serve every product of the iteration (magic, 14 000
+    rows, 3744 cached, a support of 9400: most of the cache held rows outside it, and the
+    products took 6.6 s of a 13 s fit instead of 4.9 s)."""
     state, n, m = cache.state, idx.size, cache.diag.shape[0]
     if n > cache.n_slots:
+        held = state.slot_of[idx] >= 0  # the rows of I already cached stay; the others fill the rest
+        cache.prefill(np.concatenate([idx[held], idx[~held]]))
+
         def kmul_dot(V):
             full = np.zeros((m, V.shape[0]))
             full[idx] = V.T
@@ -835,6 +852,14 @@ def _kmomd_gradient(cache, y, g, rows, a2, b2_inv_w):
         _rows_combination(cache.state, rows, (y[rows] * g[rows])[None, :], s_all)
         s = s_all[0]
     return a2 * y * s + b2_inv_w * g
+
+
+def _violation(G, gamma, pos):
+    """The SMO's stopping quantity: max over the classes of max_{gamma_j > 0} G_j - min_j G_j."""
+    out = 0.0
+    for cls in (pos, ~pos):
+        out = max(out, float(G[cls & (gamma > 0)].max() - G[cls].min()))
+    return out
 
 
 def _feasible_point(cache, y, idx, gI, pos, a2, b2_inv_w):

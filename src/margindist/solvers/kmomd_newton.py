@@ -75,7 +75,7 @@ import scipy.sparse as sp
 from numba import njit
 
 from ._rows import make_rows, nonneg, row_axpy, row_axpy2, row_dot, row_sq_norm
-from .kmomd import KMOMDResult, _check_inputs, _feasible_start, _result, kmomd_linear
+from .kmomd import KMOMDResult, _check_inputs, _feasible_start, _result, _violation, kmomd_linear
 
 __all__ = ["kmomd_newton"]
 
@@ -278,14 +278,6 @@ def _max_sq_norm(rows, m):
 # --------------------------------------------------------------------------------------
 # Newton iteration
 # --------------------------------------------------------------------------------------
-
-
-def _violation(G, gamma, pos):
-    """The SMO's stopping quantity: max over the classes of max_{gamma_j > 0} G_j - min_j G_j."""
-    out = 0.0
-    for cls in (pos, ~pos):
-        out = max(out, float(G[cls & (gamma > 0)].max() - G[cls].min()))
-    return out
 
 
 def _gram(X, idx, wts):
