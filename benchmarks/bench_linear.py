@@ -65,6 +65,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "bench_linear.md"
 ESTIMATORS = {
     "ODM": lambda: ODM(random_state=0),
     "LDM": lambda: LDM(random_state=0),
+    "LDM(bcd)": lambda: LDM(solver="bcd", random_state=0),
     "LSSVM": lambda: LSSVM(),
     "MarginPursuit": lambda: MarginPursuit(random_state=0),
     "KMOMD(linear)": lambda: KMOMD(kernel="linear"),

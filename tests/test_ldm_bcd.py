@@ -10,7 +10,7 @@ from margindist.datasets import load_dataset
 from margindist.kernels import KernelRowCache, resolve_kernel
 from margindist.models.ldm import LDM
 from margindist.solvers.ldm import ldm_dcd_kernel, ldm_primal_objective
-from margindist.solvers.ldm_bcd import _gamma_block, _Margins, ldm_bcd_kernel
+from margindist.solvers.ldm_bcd import _gamma_block, _KernelRows, ldm_bcd_kernel, ldm_bcd_linear
 
 #: (lambda1, lambda2, C): the paper's grid ends, lambda1 = 0 (no variance block), a strong variance term
 PARAMS = [(2**-2, 2**-2, 1.0), (2**-8, 2**-5, 10.0), (2**-5, 0.0, 50.0), (0.0, 2**-3, 1.0), (4.0, 2**-5, 1.0)]
@@ -52,6 +52,34 @@ def test_same_model_and_dual_value_as_the_factorised_path(rng, lambda1, lambda2,
     np.testing.assert_allclose(G @ res.alpha, G @ ref.alpha, atol=1e-4 * np.abs(G @ ref.alpha).max())
 
 
+@pytest.mark.parametrize("lambda1,lambda2,C", PARAMS)
+@pytest.mark.parametrize("layout", ["dense", "csr", "csr32"])
+def test_linear_rows_give_the_factorised_linear_model(rng, lambda1, lambda2, C, layout):
+    """On the rows of X (dense, CSR, float32 CSR), the augmented dual reaches the factorised
+    linear dual's model and dual value, with no duality gap against the primal."""
+    from margindist.solvers.ldm import ldm_dcd_linear
+
+    X, y = _data(rng, m=80, d=6)
+    X[rng.random(X.shape) < 0.4] = 0.0
+    s = rng.uniform(0.5, 2.0, size=y.size)
+    w_ref, b_ref, _, _, _ = ldm_dcd_linear(X, y, s, lambda1, lambda2, C, bias=1.0, tol=1e-10, max_iter=100000,
+                                            random_state=0)
+    Xs = {"dense": X, "csr": sp.csr_matrix(X), "csr32": sp.csr_matrix(X.astype(np.float32))}[layout]
+    res = ldm_bcd_linear(Xs, y, s, lambda1, lambda2, C, bias=1.0, tol=1e-9, max_iter=100000, random_state=0,
+                         max_rounds=10000)
+    assert res.converged
+    Xd = X.astype(np.float32).astype(np.float64) if layout == "csr32" else X
+    b = float(res.alpha.sum())
+    np.testing.assert_allclose(res.coef, Xd.T @ res.alpha, atol=1e-9)
+    z = y * (Xd @ res.coef + b)
+    primal = ldm_primal_objective(res.coef @ res.coef + b * b, z, s, lambda1, lambda2, C)
+    scale = max(1.0, abs(primal))
+    assert primal - res.dual == pytest.approx(0.0, abs=1e-6 * scale)
+    tol = 1e-4 if layout == "csr32" else 1e-6
+    np.testing.assert_allclose(res.coef, w_ref, atol=tol * max(1.0, np.abs(w_ref).max()))
+    assert b == pytest.approx(b_ref, abs=tol * max(1.0, abs(b_ref)))
+
+
 def test_gamma_block_solves_its_linear_system(rng):
     """The CG step on gamma zeroes the gamma gradient D gamma - (z - zbar) at the margins it returns,
     and those margins are the kernel margins of the new coefficients."""
@@ -60,7 +88,7 @@ def test_gamma_block_solves_its_linear_system(rng):
     s = rng.uniform(0.5, 2.0, size=m)
     S = s.sum()
     cache = _cache(X)
-    margins = _Margins(cache, y, 1.0)
+    margins = _KernelRows(cache, y, 1.0)
     beta, gamma = rng.uniform(0, 1, size=m), rng.normal(size=m)
     lambda1, lambda2 = 0.3, 0.2
 
@@ -158,3 +186,20 @@ def test_estimator_multiclass_weights_sparse_float32_and_warm_start():
     est.set_params(C=4.0).fit(X, y)
     np.testing.assert_allclose(est.decision_function(X), cold.decision_function(X), atol=2e-3)
     assert np.sum(est.n_iter_) < np.sum(cold.n_iter_)
+
+
+def test_estimator_bcd_on_the_rows_of_tall_linear_data(rng):
+    """LDM(solver="bcd") on tall linear data runs on the rows of X (not on X X^T), sparse or
+    dense, and gives the factorised dual's model (weighted, three classes one-vs-one)."""
+    X = rng.normal(size=(400, 12))
+    X[rng.random(X.shape) < 0.5] = 0.0
+    y = np.digitize(X[:, 0] + X[:, 1] + 0.5 * rng.normal(size=400), [-0.5, 0.5])
+    s = rng.uniform(0.5, 2.0, size=400)
+    kw = {"tol": 1e-7, "random_state": 0, "max_iter": 100000}
+    assert not LDM._on_kernel_rows(X, resolve_kernel("linear"), "bcd")
+    ref = LDM(solver="dcd", **kw).fit(X, y, sample_weight=s)
+    for Xf in (X, sp.csr_matrix(X)):
+        bcd = LDM(solver="bcd", **kw).fit(Xf, y, sample_weight=s)
+        np.testing.assert_allclose(bcd.coef_, ref.coef_, atol=1e-5)
+        np.testing.assert_allclose(bcd.intercept_, ref.intercept_, atol=1e-5)
+        assert bcd.n_iter_.max() > 0

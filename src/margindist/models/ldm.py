@@ -32,7 +32,7 @@ from ..solvers.ldm import (
     ldm_dcd_linear,
 )
 from ..solvers._gram import wide, xt_dot
-from ..solvers.ldm_bcd import ldm_bcd_kernel
+from ..solvers.ldm_bcd import ldm_bcd_kernel, ldm_bcd_linear
 
 #: solver="auto" on a linear problem: the dual DCD needs the dense transformed data
 #: Z (m x (d + 1) float64) and a (d + 1) x (d + 1) factorisation, and its number of epochs
@@ -138,8 +138,13 @@ class LDM(BaseMarginClassifier):
           at the defaults: 0.35 s against 24.4 s, SVC 0.23 s). Large C is slow on either
           path (the hinge block's coordinate descent creeps: 15 s at C = 100 there), more so
           when the cache holds fewer rows than there are samples. :mod:`margindist.solvers.ldm_bcd`.
-          On the linear kernel it runs on the rows of X X^T and returns the linear model
-          w = X^T a (the same optimum; for wide problems, below).
+          On the linear kernel it runs on the rows of X X^T for wide problems (below) and
+          returns the linear model w = X^T a; on other linear problems on the rows of X
+          itself (dense or sparse, never densified: the beta block is LIBLINEAR's dual
+          coordinate descent with w kept, the gamma block's products pass over X): the exact
+          linear model where ``"dcd"`` needs a dense m x (d + 1) transform (200 000 x 50 000
+          sparse rows at the defaults: 3.0 s, test accuracy .8202, that of
+          ``LinearSVC(loss="hinge")`` in 9.0 s; ``"asgd"``'s 5 epochs 0.8 s, .8158).
         * ``"dcd"``, kernel: the dual (paper Eq. 12) with H = Y G A^{-1} Y formed in a stable
           way (one Cholesky factorisation of an m x m positive definite matrix; no
           pseudo-inverse), then dual coordinate descent over beta in [0, C s_i]. Set-up
@@ -376,14 +381,15 @@ class LDM(BaseMarginClassifier):
     @staticmethod
     def _on_kernel_rows(X, kernel, solver) -> bool:
         """Whether the fit runs on kernel rows: every kernel but the linear one, and the linear
-        kernel's rows X X^T for "bcd", and for "dcd" when m <= d (the m x m factorisation is the
+        kernel's rows X X^T for "bcd" on wide problems, and for "dcd" when m <= d (the m x m factorisation is the
         smaller; the same dual as the (d + 1) x (d + 1) one). The model is linear either way."""
-        return not kernel.is_linear or solver == "bcd" or (solver == "dcd" and X.shape[0] <= X.shape[1])
+        return (not kernel.is_linear or (solver == "bcd" and wide(X))
+                or (solver == "dcd" and X.shape[0] <= X.shape[1]))
 
     def _factorised_order(self, X, spec):
         if spec is not None and approximation_components(self, spec, X.shape[0]) is None:
             solver = self._resolve_solver(X, spec)
-            if solver == "bcd":
+            if solver == "bcd" and self._on_kernel_rows(X, spec, solver):
                 return X.shape[1]  # cached kernel rows, no m x m factorisation
             if spec.is_linear and self._on_kernel_rows(X, spec, solver):
                 return X.shape[0]
@@ -453,7 +459,8 @@ class LDM(BaseMarginClassifier):
         return self._fit_kernel(problem, solver, beta0, log)
 
     def _fit_linear(self, problem, solver, beta0, log):
-        """The linear model by the factorised linear dual ("dcd") or averaged SGD."""
+        """The linear model by the factorised linear dual ("dcd"), block coordinate descent on
+        the rows of X ("bcd") or averaged SGD."""
         X, y, sample_weight, shared, seed = problem.X, problem.y, problem.sample_weight, problem.shared, problem.seed
         warm, B = problem.warm or {}, self._bias()
         l1, l2, C = float(self.lambda1), float(self.lambda2), float(self.C)
@@ -467,6 +474,13 @@ class LDM(BaseMarginClassifier):
                 max_iter=self.max_iter or _DCD_MAX_ITER, beta0=beta0, random_state=seed, factor=shared,
             )
             state = self._linear_state({"beta": beta}, w, b, problem)
+        elif solver == "bcd":
+            gamma0 = warm.get("gamma") if beta0 is not None else None
+            res = ldm_bcd_linear(X, y, sample_weight, l1, l2, C, bias=B, tol=self.tol,
+                                 max_iter=self.max_iter or _DCD_MAX_ITER, beta0=beta0, gamma0=gamma0,
+                                 random_state=seed, log=log)
+            w, b, n_iter = res.coef, B * B * float(res.alpha.sum()), res.n_iter
+            state = self._linear_state({"beta": res.beta, "gamma": res.gamma}, w, b, problem)
         else:
             st = None
             if warm.get("v") is not None and warm["v"].shape[0] == X.shape[1] + 1:

@@ -35,6 +35,17 @@ defaults: two rounds, 0.35 s; the factorised path 24.4 s with two BLAS threads a
 The run stops when, after a beta solve (which ends at its tolerance: LIBLINEAR's rule on the
 projected gradient), the gradient of gamma is within ``tol`` too: both blocks' optimality
 conditions hold at the same point.
+
+Two row sources serve the same rounds (:func:`_bcd_rounds`):
+
+* :func:`ldm_bcd_kernel`: kernel rows from a :class:`~margindist.kernels.KernelRowCache`
+  (:class:`_KernelRows`), the beta block by pair steps on them;
+* :func:`ldm_bcd_linear`: the linear model on the rows of X itself, dense or CSR, never
+  densified (:class:`_LinearRows`): the products pass over X twice (Xh^T then Xh, O(nnz(X))),
+  and the beta block is the linear DCD of :func:`~margindist.solvers.dcd.dcd_linear` (w kept,
+  O(nnz(x_i)) a step, LIBLINEAR's shrinking). The exact linear model where the factorised dual
+  needs a dense m x (d + 1) transform and averaged SGD stops short of the optimum (200 000 x
+  50 000 sparse rows at the defaults: test accuracy .8158 after SGD's 5 epochs, .8203 after 40).
 """
 
 from __future__ import annotations
@@ -42,30 +53,84 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
 from ..kernels import KernelRowCache
-from .ldm import LDMKernelResult, hinge_dcd
+from ._rows import make_rows, row_sq_norms, rows_axpy_at, rows_dot
+from .dcd import dcd_linear
+from .ldm import _NEWTON_START_MAX_COLUMNS, _NEWTON_START_MIN_DELTA, LDMKernelResult, hinge_dcd, smoothed_hinge_start
 
-__all__ = ["ldm_bcd_kernel"]
+__all__ = ["ldm_bcd_kernel", "ldm_bcd_linear"]
 
 #: Conjugate-gradient iterations per gamma block, at most.
 _CG_MAX = 200
 
 
-class _Margins:
-    """Products with Y (K + B^2) Y (the margins of coefficients on y_j phi_j): cached kernel
-    rows are read, the others computed (:meth:`~margindist.kernels.KernelRowCache.dot`)."""
+class _KernelRows:
+    """Kernel rows: products with Y (K + B^2) Y (the margins of coefficients on y_j phi_j),
+    cached rows read and the others computed (:meth:`~margindist.kernels.KernelRowCache.dot`);
+    the beta block by :func:`~margindist.solvers.ldm.hinge_dcd` on the cached rows."""
 
-    def __init__(self, cache: KernelRowCache, y, bias2):
-        self.cache, self.y, self.bias2 = cache, y, bias2
+    def __init__(self, cache: KernelRowCache, y, bias):
+        self.cache, self.y, self.bias = cache, y, float(bias)
+        self.bias2 = self.bias**2
+        self.diag = np.asarray(cache.diag) + self.bias2  # k(x_i, x_i) + B^2
         self.n_products = 0
 
     def __call__(self, coef):
         c = self.y * coef
         self.n_products += 1
         return self.y * (self.cache.dot(c) + self.bias2 * c.sum())
+
+    def hinge(self, s, C, beta, o, coef_o, q_beta, max_iter, tol, seed):
+        """(beta, margins of w, epochs, converged) of the beta block from ``beta``, with the
+        offset's margins o."""
+        kw = {"n_var": self.y.shape[0], "cache": self.cache, "bias": self.bias, "tol": tol, "shrinking": True}
+        res, epochs = hinge_dcd(self.y, s, C, kw, beta, max_iter, warn=False, u0=o, q0=q_beta, random_state=seed)
+        return res.a, res.u, epochs, res.converged
+
+
+class _LinearRows:
+    """The rows of X with the constant feature B (the row layer: dense or CSR, float32 read as
+    is): products Xh^T then Xh; the beta block by the linear DCD with w kept."""
+
+    def __init__(self, X, y, bias):
+        self.X, self.y, self.bias = X, y, float(bias)
+        self.rows = make_rows(X, self.bias)
+        self.diag = row_sq_norms(X, self.bias)
+        self.all = np.arange(y.shape[0])
+        self.dense_start = not sp.issparse(X) and X.shape[1] + 1 <= _NEWTON_START_MAX_COLUMNS
+        self.n_products = 0
+
+    def weights(self, coef):
+        """Xh^T (y coef), the weight vector (length d + 1) of coefficients on y_j xh_j."""
+        w = np.zeros(self.X.shape[1] + 1)
+        rows_axpy_at(self.rows, self.all, self.y * coef, w)
+        return w
+
+    def __call__(self, coef):
+        self.n_products += 1
+        out = np.empty(self.y.shape[0])
+        rows_dot(self.rows, self.weights(coef), out)
+        return self.y * out
+
+    def hinge(self, s, C, beta, o, coef_o, q_beta, max_iter, tol, seed):
+        """(beta, margins of w, epochs, converged) of the beta block from ``beta``, with the
+        offset w0 = Xh^T (y coef_o) kept in the DCD's w. From beta = 0 on dense rows of at most
+        1000 columns, the DCD starts from the Newton solve of the smoothed primal
+        (:func:`~margindist.solvers.ldm.smoothed_hinge_start`), as the factorised path's does."""
+        U = C * s
+        w0 = self.weights(coef_o)
+        if self.dense_start and not np.any(beta):
+            Xh = np.hstack([np.asarray(self.X, dtype=np.float64), np.full((self.y.shape[0], 1), self.bias)])
+            beta, _ = smoothed_hinge_start(Xh, self.y, U, w0, max(0.5 * tol, _NEWTON_START_MIN_DELTA))
+        res = dcd_linear(self.X, self.y, 0.0, -1.0, U, n_var=self.y.shape[0], bias=self.bias, w0=w0, a0=beta,
+                         tol=tol, max_iter=max_iter, shrinking=True, random_state=seed, warn_label=None)
+        z = np.empty(self.y.shape[0])
+        rows_dot(self.rows, res.w, z)
+        return res.a, self.y * z, res.n_iter, res.converged
 
 
 def _centre(z, s, S):
@@ -115,53 +180,73 @@ def ldm_bcd_kernel(cache: KernelRowCache, y, sample_weight, lambda1, lambda2, C,
     (a = alpha, the bias part excluded).
     """
     y = np.asarray(y, dtype=np.float64)
+    return _bcd_rounds(_KernelRows(cache, y, bias), y, sample_weight, lambda1, lambda2, C, tol=tol,
+                       max_iter=max_iter, beta0=beta0, gamma0=gamma0, random_state=random_state,
+                       max_rounds=max_rounds, log=log)
+
+
+def ldm_bcd_linear(X, y, sample_weight, lambda1, lambda2, C, *, bias=1.0, tol=1e-3, max_iter=1000, beta0=None,
+                   gamma0=None, random_state=None, max_rounds=1000, log=None):
+    """Linear LDM by block coordinate descent on the rows of X (dense or CSR, float32 or
+    float64; see the module docstring). The same result as :func:`ldm_bcd_kernel` on the
+    linear kernel (alpha on x^T x' + B^2), plus ``coef``, the weights w = X^T (y alpha)
+    (length d; the intercept is B^2 sum_j y_j alpha_j)."""
+    y = np.asarray(y, dtype=np.float64)
+    rows = _LinearRows(X, y, bias)
+    res = _bcd_rounds(rows, y, sample_weight, lambda1, lambda2, C, tol=tol, max_iter=max_iter, beta0=beta0,
+                      gamma0=gamma0, random_state=random_state, max_rounds=max_rounds, log=log)
+    res.coef = rows.weights(y * res.alpha)[:-1]
+    return res
+
+
+def _bcd_rounds(margins, y, sample_weight, lambda1, lambda2, C, *, tol, max_iter, beta0, gamma0, random_state,
+                max_rounds, log):
+    """The rounds of the module docstring on a row source ``margins`` (:class:`_KernelRows` or
+    :class:`_LinearRows`: its call gives margins, ``hinge`` solves the beta block)."""
     s = np.asarray(sample_weight, dtype=np.float64)
     m = y.shape[0]
     S = float(s.sum())
-    bias2 = float(bias) ** 2
-    margins = _Margins(cache, y, bias2)
     v = margins(s)  # margins of S mu
     with np.errstate(divide="ignore"):
         Dg = S / (4.0 * lambda1 * s)  # lambda1 = 0: no variance block, gamma stays 0
-    pdiag = np.maximum(np.asarray(cache.diag) + bias2 - 2.0 * v / S + (s @ v) / S**2, 0.0)
+    pdiag = np.maximum(margins.diag - 2.0 * v / S + (s @ v) / S**2, 0.0)
     beta = np.zeros(m) if beta0 is None else np.clip(np.asarray(beta0, dtype=np.float64), 0.0, C * s)
     gamma = np.zeros(m) if gamma0 is None or lambda1 == 0 else np.asarray(gamma0, dtype=np.float64).copy()
-    # o: margins of -sum gamma_i psi_i + lambda2 mu
+    # o: margins of -sum gamma_i psi_i + lambda2 mu, the offset of coefficients coef_o on y_j phi_j
     o = (lambda2 / S) * v
     if np.any(gamma):
         o -= margins(gamma - gamma.sum() * s / S)
-    kw = {"n_var": m, "cache": cache, "bias": bias, "tol": tol, "shrinking": True}
+    coef_o = (gamma.sum() + lambda2) * s / S - gamma
     rng = check_random_state(random_state)
     n_iter, converged, rnd = 0, False, 0
     q_beta = None  # Q beta from the last beta solve (its kernel products need not be recomputed)
     for rnd in range(1, max_rounds + 1):
-        res, epochs = hinge_dcd(y, s, C, kw, beta, max_iter, warn=False, u0=o, q0=q_beta,
-                                random_state=int(rng.randint(2**31 - 1)))
+        beta, z, epochs, hinge_converged = margins.hinge(s, C, beta, o, coef_o, q_beta, max_iter, tol,
+                                                         int(rng.randint(2**31 - 1)))
         n_iter += epochs
-        beta = res.a
-        z = res.u  # margins of w
         q_beta = z - o
         if lambda1 == 0:
-            converged = res.converged
+            converged = hinge_converged
             break
-        if res.converged and np.max(np.abs(_centre(z, s, S) - Dg * gamma)) <= tol:
+        if hinge_converged and np.max(np.abs(_centre(z, s, S) - Dg * gamma)) <= tol:
             converged = True
             break
         gamma_new, z_new, n_cg = _gamma_block(margins, z, gamma, s, S, Dg, pdiag, tol)
         o += z_new - z
         gamma, z = gamma_new, z_new
+        coef_o = (gamma.sum() + lambda2) * s / S - gamma
         if log is not None:
-            log.info("LDM bcd round %d: %d epochs, %d CG iterations, %d kernel products", rnd, epochs, n_cg,
+            log.info("LDM bcd round %d: %d epochs, %d CG iterations, %d products", rnd, epochs, n_cg,
                      margins.n_products)
     if not converged:
         warnings.warn(f"LDM: block coordinate descent did not reach tol={tol} in {max_rounds} rounds "
                       f"(max_iter={max_iter} epochs each). Increase max_iter or loosen tol.",
-                      ConvergenceWarning, stacklevel=2)
+                      ConvergenceWarning, stacklevel=3)
     alpha = beta - gamma + (s / S) * (gamma.sum() + lambda2)
     w_sq = float(alpha @ z)
     dual = float(beta.sum() - 0.5 * w_sq - (0.5 * (gamma * gamma) @ Dg if lambda1 > 0 else 0.0))
     res = LDMKernelResult(alpha=y * alpha, beta=beta, dual=dual, n_iter=n_iter, converged=converged)
     res.gamma = gamma
     a_sum = float(res.alpha.sum())
-    res.norm_sq = max(w_sq - bias2 * a_sum * a_sum, 0.0)
+    res.norm_sq = max(w_sq - margins.bias**2 * a_sum * a_sum, 0.0)
     return res
