@@ -143,8 +143,8 @@ class LDM(BaseMarginClassifier):
           itself (dense or sparse, never densified: the beta block is LIBLINEAR's dual
           coordinate descent with w kept, the gamma block's products pass over X): the exact
           linear model where ``"dcd"`` needs a dense m x (d + 1) transform (200 000 x 50 000
-          sparse rows at the defaults: 3.0 s, test accuracy .8202, that of
-          ``LinearSVC(loss="hinge")`` in 9.0 s; ``"asgd"``'s 5 epochs 0.8 s, .8158).
+          sparse rows at the defaults: 3.0-3.7 s, test accuracy .8203, that of
+          ``LinearSVC(loss="hinge")`` in 9.0 s; ``"asgd"``'s 5 epochs 0.35 s, .8157).
         * ``"dcd"``, kernel: the dual (paper Eq. 12) with H = Y G A^{-1} Y formed in a stable
           way (one Cholesky factorisation of an m x m positive definite matrix; no
           pseudo-inverse), then dual coordinate descent over beta in [0, C s_i]. Set-up
@@ -381,8 +381,10 @@ class LDM(BaseMarginClassifier):
     @staticmethod
     def _on_kernel_rows(X, kernel, solver) -> bool:
         """Whether the fit runs on kernel rows: every kernel but the linear one, and the linear
-        kernel's rows X X^T for "bcd" on wide problems, and for "dcd" when m <= d (the m x m factorisation is the
-        smaller; the same dual as the (d + 1) x (d + 1) one). The model is linear either way."""
+        kernel's rows X X^T for "bcd" on wide problems (:func:`~margindist.solvers._gram.wide`;
+        other linear problems run it on the rows of X), and for "dcd" when m <= d (the m x m
+        factorisation is the smaller; the same dual as the (d + 1) x (d + 1) one). The model
+        is linear either way."""
         return (not kernel.is_linear or (solver == "bcd" and wide(X))
                 or (solver == "dcd" and X.shape[0] <= X.shape[1]))
 

@@ -675,11 +675,14 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
             Xs = _direct_two_rhs(cache, idx, yI, a2, b2 * iwI, B, block)
         else:
             Dp = a2 * dres[idx] + b2 * iwI
-            A = np.ascontiguousarray(F[:, idx])
-            if rank:  # M = I + 2 (1 - lam) F_I diag(1 / Dp) F_I^T, updated for the examples that changed
-                M = _update_capacitance(M, F, A, Dp, I, I_M, a2, b2 * inv_w, dres)
+            rDp = np.sqrt(Dp)
+            As = prec = None  # the last iteration's rank x n array goes before this one's comes
+            As = F[:, idx]  # F_I diag(Dp)^(-1/2), scaled in place (no other copy of that size)
+            As /= rDp
+            if rank:  # M = I + 2 (1 - lam) As As^T, updated for the examples that changed
+                M = _update_capacitance(M, F, As, I, I_M, a2, b2 * inv_w, dres)
                 I_M = I.copy()
-            prec = _woodbury_preconditioner(Dp, yI / Dp, A, cho_factor(M) if rank else None, a2)
+            prec = _woodbury_preconditioner(Dp, yI / rDp, As, cho_factor(M) if rank else None, a2)
             kmul = _kernel_block_product(cache, idx, block_bytes, block)
 
             def hmul(V, yI=yI, iwI=iwI, kmul=kmul):
@@ -733,27 +736,29 @@ def _direct_two_rhs(cache, idx, yI, a2, b2_iwI, B, block):
         return sla.solve(H, B.T, assume_a="sym", check_finite=False).T
 
 
-def _update_capacitance(M, F, A, Dp, I, I_M, a2, b2_inv_w, dres):
-    """M = I + a2 F_I diag(1 / Dp) F_I^T: afresh, or by the rank updates of the examples that
-    entered or left I since M was made (on support I_M)."""
+def _update_capacitance(M, F, As, I, I_M, a2, b2_inv_w, dres):
+    """M = I + a2 F_I diag(1 / Dp) F_I^T = I + a2 As As^T: afresh, or by the rank updates of the
+    examples that entered or left I since M was made (on support I_M)."""
     changed = np.flatnonzero(I != I_M)
-    if M is None or changed.size > A.shape[1] // 2:
-        return np.eye(F.shape[0]) + a2 * ((A / Dp) @ A.T)
+    if M is None or changed.size > As.shape[1] // 2:
+        return np.eye(F.shape[0]) + a2 * (As @ As.T)
     Fc = F[:, changed]
     sign = np.where(I[changed], 1.0, -1.0)
     M += a2 * ((Fc * (sign / (a2 * dres[changed] + b2_inv_w[changed]))) @ Fc.T)
     return M
 
 
-def _woodbury_preconditioner(Dp, yD, A, Mf, a2):
-    """R -> P^-1 R for P = diag(Dp) + a2 Y A^T A Y by the Woodbury identity (Mf: the Cholesky
-    factor of the capacitance matrix; None without landmarks)."""
+def _woodbury_preconditioner(Dp, q, As, Mf, a2):
+    """R -> P^-1 R for P = diag(Dp) + a2 Y A^T A Y by the Woodbury identity, from the scaled
+    As = A diag(Dp)^(-1/2) and q = y / sqrt(Dp): P^-1 = D^-1 - a2 D^-1 Y A^T M^-1 A Y D^-1 with
+    M = I + a2 As As^T, and D^-1 Y A^T = diag(q) As^T (Mf: the Cholesky factor of M; None
+    without landmarks)."""
     from scipy.linalg import cho_solve
 
     def prec(R):
         out = R / Dp
         if Mf is not None:
-            out -= a2 * yD * (cho_solve(Mf, A @ (R * yD).T).T @ A)
+            out -= a2 * q * (cho_solve(Mf, As @ (R * q).T).T @ As)
         return out
 
     return prec
