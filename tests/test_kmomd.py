@@ -19,6 +19,7 @@ from margindist.solvers.kmomd import (
     _NEWTON_MAX_CG,
     _kernel_block_product,
     _neg_dual,
+    _scaled_columns,
     _waterfill,
     _woodbury_preconditioner,
     kmomd_kernel,
@@ -608,6 +609,10 @@ def test_woodbury_preconditioner_is_the_inverse_of_p(a2):
     M = np.eye(r) + a2 * ((A / Dp) @ A.T)
     As = A / np.sqrt(Dp)
     np.testing.assert_allclose(M, np.eye(r) + a2 * (As @ As.T), rtol=1e-12)
+    # the Newton phase gathers As from its float32 factor by blocks of columns
+    F32, idx = rng.standard_normal((r, 50)).astype(np.float32), rng.permutation(50)[:n]
+    np.testing.assert_array_equal(_scaled_columns(F32, idx, np.sqrt(Dp), block=7),
+                                  F32[:, idx].astype(np.float64) / np.sqrt(Dp))
     prec = _woodbury_preconditioner(Dp, yI / np.sqrt(Dp), As, cho_factor(M), a2)
     P = np.diag(Dp) + a2 * (yI[:, None] * (A.T @ A) * yI[None, :])
     R = rng.standard_normal((2, n))
@@ -913,10 +918,12 @@ def test_estimator_auto_picks_newton_and_keeps_the_old_solvers():
         KMOMD(solver="newton", kernel="linear", lam=0.0).fit(X, y)
 
 
-def test_pivoted_cholesky_is_exact_on_its_pivots():
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_pivoted_cholesky_is_exact_on_its_pivots(dtype):
     """The Newton phase's partial Cholesky K ~ F^T F: exact on the pivot rows and columns, its
     residual diagonal d = diag(K) - sum_t F[t]^2 (0 on the pivots), pivots only among the
-    candidates, each the candidate with the largest residual diagonal at its step."""
+    candidates, each the candidate with the largest residual diagonal at its step; a float32
+    factor (the Newton phase's) to float32's precision, with the same pivots."""
     from margindist.kernels import KernelRowCache, kernel_matrix, resolve_kernel
     from margindist.solvers.kmomd import _pivoted_cholesky
 
@@ -926,16 +933,21 @@ def test_pivoted_cholesky_is_exact_on_its_pivots():
     K = kernel_matrix(spec, X)
     cache = KernelRowCache(spec, X, max_bytes=80 * 8 * 80)
     cand = rng.random(80) < 0.6
-    F, piv = np.zeros((12, 80)), np.zeros(12, dtype=np.int64)
+    F, piv = np.zeros((12, 80), dtype=dtype), np.zeros(12, dtype=np.int64)
     rank, d = _pivoted_cholesky(cache.state, np.diag(K).copy(), cand, 12, 1e-12, F, piv)
     assert rank == 12 and cand[piv].all() and len(set(piv)) == 12
-    P, Fr = piv[:rank], F[:rank]
-    np.testing.assert_allclose(Fr[:, P].T @ Fr[:, P], K[np.ix_(P, P)], atol=1e-12)
-    np.testing.assert_allclose(Fr.T @ Fr[:, P], K[:, P], atol=1e-12)
-    np.testing.assert_allclose(d, np.diag(K) - (Fr ** 2).sum(axis=0), atol=1e-12)
+    P, Fr = piv[:rank], F[:rank].astype(np.float64)
+    atol = 1e-12 if dtype == np.float64 else 2e-6
+    np.testing.assert_allclose(Fr[:, P].T @ Fr[:, P], K[np.ix_(P, P)], atol=atol)
+    np.testing.assert_allclose(Fr.T @ Fr[:, P], K[:, P], atol=atol)
+    np.testing.assert_allclose(d, np.diag(K) - (Fr ** 2).sum(axis=0), atol=atol)
     for k in range(rank):  # greedy: the largest residual diagonal among the candidates
         res = np.diag(K) - (Fr[:k] ** 2).sum(axis=0)
-        assert res[P[k]] == pytest.approx(res[cand].max(), abs=1e-12)
+        assert res[P[k]] == pytest.approx(res[cand].max(), abs=atol)
+    if dtype == np.float32:  # the same pivots as the float64 factor
+        F64, piv64 = np.zeros((12, 80)), np.zeros(12, dtype=np.int64)
+        _pivoted_cholesky(cache.state, np.diag(K).copy(), cand, 12, 1e-12, F64, piv64)
+        np.testing.assert_array_equal(piv, piv64)
 
 
 @pytest.mark.parametrize("slots", [3, 10, 60])
