@@ -460,7 +460,7 @@ def _line_minimum(q, t, U, delta, r0, pp):
     return a
 
 
-def smoothed_hinge_start(Z, y, U, wt0, delta_final, v0=None, max_iter=_NEWTON_START_MAX_ITER):
+def smoothed_hinge_start(Z, y, U, wt0, delta_final, v0=None, max_iter=_NEWTON_START_MAX_ITER, signed=False):
     """A starting beta for the linear DCD, by Newton's method on the smoothed primal.
 
     The DCD's problem, min 1/2 ||wt0 + Z^T Y beta||^2 - e^T beta over 0 <= beta <= U, is the dual
@@ -477,9 +477,10 @@ def smoothed_hinge_start(Z, y, U, wt0, delta_final, v0=None, max_iter=_NEWTON_ST
     (-delta, 0) in between: the projected-gradient spread of LIBLINEAR's stopping rule is below
     delta. This replaces the DCD's slow phase on ill-conditioned problems (many free variables,
     large C) where its epochs only creep; the DCD then checks, or completes, the stopping rule.
+    ``signed``: Z is already Y Z (float64, C-ordered; used as is, no copy).
     Returns (beta, Newton iterations).
     """
-    Yz = np.ascontiguousarray(Z * y[:, None], dtype=np.float64)
+    Yz = Z if signed else np.ascontiguousarray(Z * y[:, None], dtype=np.float64)
     v = np.array(wt0 if v0 is None else v0, dtype=np.float64)
     delta = 1.0 if v0 is None else delta_final  # a warm start is near the end of the continuation
     U = np.ascontiguousarray(U, dtype=np.float64)

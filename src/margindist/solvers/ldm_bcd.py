@@ -124,8 +124,12 @@ class _LinearRows:
         U = C * s
         w0 = self.weights(coef_o)
         if self.dense_start and not np.any(beta):
-            Xh = np.hstack([np.asarray(self.X, dtype=np.float64), np.full((self.y.shape[0], 1), self.bias)])
-            beta, _ = smoothed_hinge_start(Xh, self.y, U, w0, max(0.5 * tol, _NEWTON_START_MIN_DELTA))
+            m, d = self.X.shape
+            Yz = np.empty((m, d + 1))  # the signed rows y_i xh_i, the one dense copy
+            np.multiply(self.X, self.y[:, None], out=Yz[:, :d])
+            Yz[:, d] = self.bias * self.y
+            beta, _ = smoothed_hinge_start(Yz, self.y, U, w0, max(0.5 * tol, _NEWTON_START_MIN_DELTA), signed=True)
+            del Yz
         res = dcd_linear(self.X, self.y, 0.0, -1.0, U, n_var=self.y.shape[0], bias=self.bias, w0=w0, a0=beta,
                          tol=tol, max_iter=max_iter, shrinking=True, random_state=seed, warn_label=None)
         z = np.empty(self.y.shape[0])
