@@ -700,7 +700,7 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
         g = np.zeros(m)
         g[idx] = gI
         G = _kmomd_gradient(cache, y, g, idx, a2, b2 * inv_w)
-        if not np.any(gI < 0.0) and _violation(G, g, pos) <= tol * float(g @ G):
+        if np.all(gI >= 0.0) and _violation(G, g, pos) <= tol * float(g @ G):
             return g, G, n_it, n_cg  # feasible, and it meets the SMO's stopping rule
         I_new = (I & (g > 0)) | (~I & (G < np.where(pos, nu[0], nu[1])))
         changes = int(np.count_nonzero(I_new != I))
