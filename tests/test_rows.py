@@ -6,6 +6,7 @@ import scipy.sparse as sp
 from numba import njit
 
 from margindist.solvers._rows import (
+    XhProducts,
     make_rows,
     permutation,
     rng_below,
@@ -101,6 +102,11 @@ def test_rows_agree_with_numpy(rng, dtype, form, bias):
     np.testing.assert_allclose(out, Xh.T @ r, **tol)
     np.testing.assert_allclose(out2[0], 2.0 * Xh.T @ r, **tol)
     np.testing.assert_allclose(out2[1], -Xh.T @ r, **tol)
+    if bias is not None:  # the products of [X, B] (r with zeros: skipped rows)
+        xh = XhProducts(Xin, bias)
+        r[::4] = 0.0
+        np.testing.assert_allclose(xh.xv(w), Xh @ w, **tol)
+        np.testing.assert_allclose(xh.xtr(r), Xh.T @ r, **tol)
 
 
 def test_make_rows_keeps_types_and_does_not_copy(rng):

@@ -9,7 +9,9 @@ The solvers receive this named tuple across the numba boundary and read a row wi
 
 * :func:`row_dot` ``<w, xh_i>`` and :func:`row_dot_sq` ``(<w, x_i>, ||x_i||^2)`` in one pass,
 * :func:`row_axpy` ``w += c xh_i`` and :func:`row_axpy2` ``w += a xh_i, v += b xh_i`` in one pass,
-* :func:`rows_dot` ``Xh w`` over all rows, :func:`row_sq_norm` ``||xh_i||^2``; :func:`row_sq_norms` gives all of them from NumPy/SciPy.
+* :func:`rows_dot` ``Xh w`` and :func:`rows_tdot` ``Xh^T r`` over all rows (both as the
+  products of :class:`XhProducts`), :func:`row_sq_norm` ``||xh_i||^2``; :func:`row_sq_norms`
+  gives all of them from NumPy/SciPy.
 
 Each costs O(nnz(x_i)) (O(d) for dense rows). The row functions are inlined into the caller's
 loop (as a call each costs about as much as a sparse row), so they take the caller's fast-math
@@ -42,6 +44,7 @@ from numba import njit, uintp
 
 __all__ = [
     "Rows",
+    "XhProducts",
     "make_rows",
     "nonneg",
     "permutation",
@@ -55,6 +58,7 @@ __all__ = [
     "row_sq_norm",
     "row_sq_norms",
     "rows_dot",
+    "rows_tdot",
     "seed_from",
 ]
 
@@ -201,6 +205,35 @@ def rows_axpy_at(rows, idx, c, out):
     """out += sum_t c[t] xh_{idx[t]} (no copy of the rows)."""
     for t in range(idx.shape[0]):
         row_axpy(rows, idx[t], c[t], out)
+
+
+@njit(cache=True)
+def rows_tdot(rows, r, out):
+    """out = Xh^T r (out of length d + 1, or d without the bias column)."""
+    out[:] = 0.0
+    for i in range(r.shape[0]):
+        if r[i] != 0.0:
+            row_axpy(rows, i, r[i], out)
+
+
+class XhProducts:
+    """Products with Xh = [X, B] in float64 without densifying or copying X: ``xv`` (Xh v, one
+    pass) and ``xtr`` (Xh^T r, one pass); ``rows`` the compiled rows."""
+
+    def __init__(self, X, bias):
+        self.rows = make_rows(X, bias)
+        self.bias = float(bias)
+        self.m, self.d = X.shape
+
+    def xv(self, v):
+        out = np.empty(self.m)
+        rows_dot(self.rows, np.ascontiguousarray(v, dtype=np.float64), out)
+        return out
+
+    def xtr(self, r):
+        out = np.empty(self.d + 1)
+        rows_tdot(self.rows, np.ascontiguousarray(r, dtype=np.float64), out)
+        return out
 
 
 @njit(cache=True)

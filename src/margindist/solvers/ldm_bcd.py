@@ -59,7 +59,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
 from ..kernels import KernelRowCache
-from ._rows import make_rows, row_sq_norms, rows_axpy_at, rows_dot
+from ._rows import XhProducts, row_sq_norms
 from .dcd import dcd_linear
 from .ldm import (
     _NEWTON_START_MAX_COLUMNS,
@@ -105,23 +105,18 @@ class _LinearRows:
 
     def __init__(self, X, y, bias):
         self.X, self.y, self.bias = X, y, float(bias)
-        self.rows = make_rows(X, self.bias)
+        self.xh = XhProducts(X, self.bias)
         self.diag = row_sq_norms(X, self.bias)
-        self.all = np.arange(y.shape[0])
         self.dense_start = not sp.issparse(X) and X.shape[1] + 1 <= _NEWTON_START_MAX_COLUMNS
         self.n_products = 0
 
     def weights(self, coef):
         """Xh^T (y coef), the weight vector (length d + 1) of coefficients on y_j xh_j."""
-        w = np.zeros(self.X.shape[1] + 1)
-        rows_axpy_at(self.rows, self.all, self.y * coef, w)
-        return w
+        return self.xh.xtr(self.y * coef)
 
     def __call__(self, coef):
         self.n_products += 1
-        out = np.empty(self.y.shape[0])
-        rows_dot(self.rows, self.weights(coef), out)
-        return self.y * out
+        return self.y * self.xh.xv(self.weights(coef))
 
     def hinge(self, s, C, beta, o, coef_o, q_beta, max_iter, tol, seed):
         """(beta, margins of w, epochs, converged) of the beta block from ``beta``, with the
@@ -140,9 +135,7 @@ class _LinearRows:
             del Yz
         res = dcd_linear(self.X, self.y, 0.0, -1.0, U, n_var=self.y.shape[0], bias=self.bias, w0=w0, a0=beta,
                          tol=tol, max_iter=max_iter, shrinking=True, random_state=seed, warn_label=None)
-        z = np.empty(self.y.shape[0])
-        rows_dot(self.rows, res.w, z)
-        return res.a, self.y * z, res.n_iter, res.converged
+        return res.a, self.y * self.xh.xv(res.w), res.n_iter, res.converged
 
 
 def _centre(z, s, S):

@@ -49,12 +49,11 @@ from sklearn.exceptions import ConvergenceWarning
 from ..kernels import KernelRowCache
 from ._result import UnpackableResult
 from ._rows import (
-    make_rows,
+    XhProducts,
     rng_below,
     row_axpy,
     row_dot,
     row_sq_norms,
-    rows_dot,
     seed_from,
 )
 from .dcd import dcd_kernel, dcd_linear
@@ -317,35 +316,7 @@ def _band_block(K, idx, B2, diag, out):
 # ----------------------------------------------------------------------------- products with Xh
 
 
-@njit(cache=True)
-def _xtr(rows, r, out):
-    """out = Xh^T r (out of length d + 1)."""
-    out[:] = 0.0
-    for i in range(r.shape[0]):
-        if r[i] != 0.0:
-            row_axpy(rows, i, r[i], out)
-
-
-class _Design:
-    """Xh = [X, B] products in float64 without densifying or copying X."""
-
-    def __init__(self, X, bias):
-        self.rows = make_rows(X, bias)
-        self.bias = float(bias)
-        self.m, self.d = X.shape
-
-    def xv(self, v):
-        out = np.empty(self.m)
-        rows_dot(self.rows, np.ascontiguousarray(v, dtype=np.float64), out)
-        return out
-
-    def xtr(self, r):
-        out = np.empty(self.d + 1)
-        _xtr(self.rows, np.ascontiguousarray(r, dtype=np.float64), out)
-        return out
-
-
-def _odm_grad(v, z, A: _Design, y, c, mu, theta):
+def _odm_grad(v, z, A: XhProducts, y, c, mu, theta):
     return v + A.xtr(y * c * odm_band_loss_grad(z, mu, theta))
 
 
@@ -428,7 +399,7 @@ def odm_newton(X, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0, tol
     Stops when ||grad P(v)|| <= tol * ||grad P(0)|| (v = [w, w_B]). Returns an :class:`ODMLinearResult`.
     """
     y = np.asarray(y, dtype=np.float64)
-    A = _Design(X, bias)
+    A = XhProducts(X, bias)
     c = odm_coefficients(sample_weight, lam, theta)
     v = np.zeros(A.d + 1) if w0 is None else np.array(w0, dtype=np.float64).ravel()
     g_ref = np.linalg.norm(_odm_grad(np.zeros(A.d + 1), np.zeros(A.m), A, y, c, mu, theta))
@@ -507,7 +478,7 @@ def odm_svrg(X, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0, tol=1
     weights become non-finite (a step too large for the data). Returns an :class:`ODMLinearResult`.
     """
     y = np.asarray(y, dtype=np.float64)
-    A = _Design(X, bias)
+    A = XhProducts(X, bias)
     m = A.m
     c = odm_coefficients(sample_weight, lam, theta)
     cm = m * c
