@@ -220,6 +220,49 @@ def test_pair_steps_reach_the_optimum(rng, bias, ldm):
         dcd_kernel(y, D, p, np.inf, n_var=2 * m, gram=K, selection="pairs")
 
 
+@pytest.mark.parametrize("singles", [True, False])
+def test_pair_scan_against_numpy(rng, singles):
+    """One scan of the pair steps (on a shuffled active subset): the spread of the projected
+    gradient, LIBSVM's first pair variable and the extremes up / low, and (``singles``) the best
+    exact single-variable step, all against a NumPy computation from the dense Q; without
+    ``singles`` the single step is not worked out and the rest is the same."""
+    from margindist.solvers.dcd import BoxQP, KernelPath, _pair_scan
+
+    m = 60
+    X = rng.normal(size=(m, 3))
+    y = np.where(rng.random(m) < 0.5, -1.0, 1.0)
+    K = resolve_kernel("rbf", X, gamma=0.5)(X)
+    U = np.full(m, 2.0)
+    a = np.where(rng.random(m) < 0.4, 0.0, rng.uniform(0.0, 2.0, m))
+    a[rng.random(m) < 0.2] = 2.0
+    D, p, o = rng.uniform(0.0, 0.5, m), -np.ones(m), rng.normal(scale=0.1, size=m)
+    cache = KernelRowCache.from_gram(K)
+    kv, sb = K @ (y * a), np.array([y @ a])
+    kp = KernelPath(cache.state, kv, sb, o, 1.0)
+    qp = BoxQP(y, np.diag(K) + 1.0, D, p, U)
+    index = rng.permutation(m)
+    n_act = 45
+    spread, k, gain, i, up, low = _pair_scan(kp, qp, a, index, n_act, singles)
+
+    act = index[:n_act]
+    g = (y[:, None] * (K + 1.0) * y[None, :]) @ a + o + D * a + p
+    pg = np.where(a <= 0, np.minimum(g, 0), np.where(a >= U, np.maximum(g, 0), g))[act]
+    assert spread == pytest.approx(max(pg.max(), 0) - min(pg.min(), 0), abs=1e-12)
+    v = -y * g
+    may_up = ((y > 0) & (a < U)) | ((y < 0) & (a > 0))
+    may_down = ((y > 0) & (a > 0)) | ((y < 0) & (a < U))
+    ups = [t for t in act if may_up[t]]
+    assert i == ups[int(np.argmax(v[ups]))] and up == pytest.approx(v[ups].max(), abs=1e-12)
+    assert low == pytest.approx(min(v[t] for t in act if may_down[t]), abs=1e-12)
+    if not singles:
+        assert (k, gain) == (-1, 0.0)
+        return
+    h = np.diag(K) + 1.0 + D
+    step = np.clip(a - g / h, 0, U) - a
+    dec = -(g * step + 0.5 * h * step * step)
+    assert k == act[int(np.argmax(dec[act]))] and gain == pytest.approx(dec[act].max(), rel=1e-12)
+
+
 def test_pair_steps_need_far_fewer_steps_along_the_stiff_direction(rng):
     """An SVM-type dual at a large C on an RBF kernel of wide width (a large near-constant part)
     with a regularised intercept: Q = Y (K + 1) Y is stiff along y, where single-variable greedy
