@@ -222,11 +222,12 @@ def test_pair_steps_reach_the_optimum(rng, bias, ldm):
 
 @pytest.mark.parametrize("singles", [True, False])
 def test_pair_scan_against_numpy(rng, singles):
-    """One scan of the pair steps (on a shuffled active subset): the spread of the projected
-    gradient, LIBSVM's first pair variable and the extremes up / low, and (``singles``) the best
-    exact single-variable step, all against a NumPy computation from the dense Q; without
-    ``singles`` the single step is not worked out and the rest is the same."""
-    from margindist.solvers.dcd import BoxQP, KernelPath, _pair_scan
+    """The gradient the pair steps keep, and one scan of it (on a shuffled active subset): the
+    spread of the projected gradient, LIBSVM's first pair variable and the extremes up / low,
+    and (``singles``) the best exact single-variable step, all against a NumPy computation from
+    the dense Q; without ``singles`` the single step is not worked out and the rest is the same.
+    Then a pair step and a single step on G, and kv back from G."""
+    from margindist.solvers.dcd import BoxQP, KernelPath, _gradient_of, _pair_scan, _pair_step, _single_step
 
     m = 60
     X = rng.normal(size=(m, 3))
@@ -242,10 +243,14 @@ def test_pair_scan_against_numpy(rng, singles):
     qp = BoxQP(y, np.diag(K) + 1.0, D, p, U)
     index = rng.permutation(m)
     n_act = 45
-    spread, k, gain, i, up, low = _pair_scan(kp, qp, a, index, n_act, singles)
+    Q = y[:, None] * (K + 1.0) * y[None, :]
+    G = np.empty(m)
+    _gradient_of(kp, qp, a, G, True)
+    g = Q @ a + o + D * a + p
+    np.testing.assert_allclose(G, g, atol=1e-12)
+    spread, k, gain, i, up, low = _pair_scan(G, qp, a, index, n_act, singles)
 
     act = index[:n_act]
-    g = (y[:, None] * (K + 1.0) * y[None, :]) @ a + o + D * a + p
     pg = np.where(a <= 0, np.minimum(g, 0), np.where(a >= U, np.maximum(g, 0), g))[act]
     assert spread == pytest.approx(max(pg.max(), 0) - min(pg.min(), 0), abs=1e-12)
     v = -y * g
@@ -254,13 +259,26 @@ def test_pair_scan_against_numpy(rng, singles):
     ups = [t for t in act if may_up[t]]
     assert i == ups[int(np.argmax(v[ups]))] and up == pytest.approx(v[ups].max(), abs=1e-12)
     assert low == pytest.approx(min(v[t] for t in act if may_down[t]), abs=1e-12)
-    if not singles:
-        assert (k, gain) == (-1, 0.0)
-        return
     h = np.diag(K) + 1.0 + D
     step = np.clip(a - g / h, 0, U) - a
     dec = -(g * step + 0.5 * h * step * step)
-    assert k == act[int(np.argmax(dec[act]))] and gain == pytest.approx(dec[act].max(), rel=1e-12)
+    if singles:
+        assert k == act[int(np.argmax(dec[act]))] and gain == pytest.approx(dec[act].max(), rel=1e-12)
+    else:
+        assert (k, gain) == (-1, 0.0)
+    a_pair = a.copy()
+    a_pair[3] += y[3] * 0.25
+    a_pair[7] -= y[7] * 0.25
+    _pair_step(G, qp, a, 3, 7, 0.25, K[3], K[7])
+    np.testing.assert_array_equal(a, a_pair)
+    np.testing.assert_allclose(G, Q @ a + o + D * a + p, atol=1e-12)
+    target = np.clip(a[11] - G[11] / h[11], 0.0, U[11])  # the exact projected step on variable 11
+    _single_step(G, qp, a, 11, K[11], 1.0, sb)
+    assert a[11] == pytest.approx(target, abs=1e-15)
+    np.testing.assert_allclose(G, Q @ a + o + D * a + p, atol=1e-12)
+    assert sb[0] == pytest.approx(y @ a, abs=1e-12)
+    _gradient_of(kp, qp, a, G, False)
+    np.testing.assert_allclose(kv, K @ (y * a), atol=1e-12)
 
 
 def test_pair_steps_need_far_fewer_steps_along_the_stiff_direction(rng):

@@ -622,29 +622,35 @@ _PAIR_TAU = 1e-12
 _PAIR_CACHED = 0.7
 
 
-@njit(cache=True, inline="always")
-def _sample_grad(kp, qp, a, k, base):
-    """g_k of the one-variable-per-sample problem (n_var = m): s_k u_k + D_k a_k + p_k with
-    u_k = y_k (kv_k + B^2 sb) + o_k (``base`` = B^2 sb)."""
-    return qp.y[k] * (kp.kv[k] + base) + kp.o[k] + qp.D[k] * a[k] + qp.p[k]
+@njit(cache=True)
+def _gradient_of(kp, qp, a, G, to_gradient):
+    """Between kv and the gradient G of the one-variable-per-sample problem (n_var = m),
+    g_k = y_k (kv_k + B^2 sb) + o_k + D_k a_k + p_k (y_k = +-1): G from kv
+    (``to_gradient``), else kv from G."""
+    base = kp.bias2 * kp.sb[0]
+    for k in range(a.shape[0]):
+        rest = kp.o[k] + qp.D[k] * a[k] + qp.p[k]
+        if to_gradient:
+            G[k] = qp.y[k] * (kp.kv[k] + base) + rest
+        else:
+            kp.kv[k] = qp.y[k] * (G[k] - rest) - base
 
 
 @njit(cache=True)
-def _pair_scan(kp, qp, a, index, n_act, singles):
-    """One pass over the gradient g of the one-variable-per-sample problem, on the variables
+def _pair_scan(G, qp, a, index, n_act, singles):
+    """One pass over the gradient G of the one-variable-per-sample problem, on the variables
     ``index[:n_act]``: the spread of the projected gradient (the stopping rule), the best
     single-variable step (variable, decrease; only with ``singles``, else (-1, 0.0): it costs
     a quarter of the pass), and LIBSVM's first pair variable: i maximising -y_t g_t over the
     variables that may move by +y_t (below their bound for y_t = +1, above 0 for y_t = -1), with
     that value ``up`` and the smallest -y_t g_t ``low`` over those that may move by -y_t."""
     y = qp.y
-    base = kp.bias2 * kp.sb[0]
     best, pick = 0.0, -1
     hi, lo = 0.0, 0.0
     up, i_up, low = -np.inf, -1, np.inf
     for s in range(n_act):
         k = index[s]
-        g = _sample_grad(kp, qp, a, k, base)
+        g = G[k]
         at_lo, at_hi = a[k] <= 0.0, a[k] >= qp.U[k]
         if singles:
             pg, gain = _step_gain(g, a[k], qp.U[k], qp.qd[k] + qp.D[k], best)
@@ -664,16 +670,15 @@ def _pair_scan(kp, qp, a, index, n_act, singles):
 
 
 @njit(cache=True)
-def _pair_partner(kp, qp, a, i, up, row_i, slot_of, frac, index, n_act):
+def _pair_partner(G, qp, a, i, up, row_i, bias2, slot_of, frac, index, n_act):
     """LIBSVM's second-order choice of j for the pair (i, j): among the variables that may move
-    by -y_j with -y_j g_j < ``up``, the one of largest b^2 / c, b = up + y_j g_j, c the
+    by -y_j with -y_j G_j < ``up``, the one of largest b^2 / c, b = up + y_j G_j, c the
     curvature along the pair (``row_i``: kernel row i). With a partial cache (``slot_of`` not
     empty) an uncached j gives way to the best cached one when that scores at least ``frac``^2
     as much (a step that computes no kernel row). Candidates: ``index[:n_act]``. Returns
     (j, t, decrease) for the step a_i += y_i t, a_j -= y_j t, t the exact minimiser clipped to
     the box (j = -1: none)."""
     y = qp.y
-    base = kp.bias2 * kp.sb[0]
     kii = qp.qd[i] + qp.D[i]
     cached = slot_of.shape[0] > 0
     best, j, best_c, j_c = 0.0, -1, 0.0, -1
@@ -681,11 +686,10 @@ def _pair_partner(kp, qp, a, i, up, row_i, slot_of, frac, index, n_act):
         k = index[s]
         if (y[k] > 0.0 and a[k] <= 0.0) or (y[k] < 0.0 and a[k] >= qp.U[k]):
             continue
-        g = _sample_grad(kp, qp, a, k, base)
-        b = up + y[k] * g
+        b = up + y[k] * G[k]
         if b <= 0.0:
             continue
-        c = max(kii + qp.qd[k] + qp.D[k] - 2.0 * (np.float64(row_i[k]) + kp.bias2), _PAIR_TAU)
+        c = max(kii + qp.qd[k] + qp.D[k] - 2.0 * (np.float64(row_i[k]) + bias2), _PAIR_TAU)
         if b * b / c > best:
             best, j = b * b / c, k
         if cached and b * b / c > best_c and slot_of[k] >= 0:
@@ -694,9 +698,8 @@ def _pair_partner(kp, qp, a, i, up, row_i, slot_of, frac, index, n_act):
         return -1, 0.0, 0.0
     if cached and j_c >= 0 and j_c != j and slot_of[j] < 0 and best_c >= frac * frac * best:
         j = j_c
-    g_j = _sample_grad(kp, qp, a, j, base)
-    b = up + y[j] * g_j
-    c = max(kii + qp.qd[j] + qp.D[j] - 2.0 * (np.float64(row_i[j]) + kp.bias2), _PAIR_TAU)
+    b = up + y[j] * G[j]
+    c = max(kii + qp.qd[j] + qp.D[j] - 2.0 * (np.float64(row_i[j]) + bias2), _PAIR_TAU)
     t = min(b / c, qp.U[i] - a[i] if y[i] > 0.0 else a[i], a[j] if y[j] > 0.0 else qp.U[j] - a[j])
     return j, t, b * t - 0.5 * c * t * t
 
@@ -706,17 +709,16 @@ _SHRINK_EVERY = 1000
 
 
 @njit(cache=True)
-def _shrink_pairs(kp, qp, a, index, n_act, up, low):
+def _shrink_pairs(G, qp, a, index, n_act, up, low):
     """LIBSVM's shrinking for :func:`_kernel_pairs`: a variable at a bound leaves the scans when
     neither kind of step would move it -- no single step (its projected gradient is 0: g > 0 at
     0, g < 0 at its upper bound) and no pair step (it may move one way only, and its -y g is
     beyond the current extreme ``up`` or ``low`` of the other side). Returns the new count."""
     y = qp.y
-    base = kp.bias2 * kp.sb[0]
     s = 0
     while s < n_act:
         k = index[s]
-        g = _sample_grad(kp, qp, a, k, base)
+        g = G[k]
         v = -y[k] * g
         at_lo, at_hi = a[k] <= 0.0, a[k] >= qp.U[k]
         moves_up = (y[k] > 0.0) == at_lo  # may move by +y_k only (else by -y_k only)
@@ -729,6 +731,36 @@ def _shrink_pairs(kp, qp, a, index, n_act, up, low):
         else:
             s += 1
     return n_act
+
+
+@njit(cache=True)
+def _pair_step(G, qp, a, i, j, t, row_i, row_j):
+    """The pair step a_i += y_i t, a_j -= y_j t (sum_k y_k a_k does not change): G changes by
+    t Y (K_i - K_j) and the D terms of i and j."""
+    y = qp.y
+    a[i] += y[i] * t
+    a[j] -= y[j] * t
+    for q in range(G.shape[0]):
+        G[q] += t * y[q] * (np.float64(row_i[q]) - np.float64(row_j[q]))
+    G[i] += qp.D[i] * y[i] * t
+    G[j] -= qp.D[j] * y[j] * t
+
+
+@njit(cache=True)
+def _single_step(G, qp, a, k, row_k, bias2, sb):
+    """The exact projected step on variable k (as :func:`_coordinate_steps`): sum_i y_i a_i
+    changes by c = y_k delta (``sb``), G by c Y (K_k + B^2) and D_k delta."""
+    y = qp.y
+    h = qp.qd[k] + qp.D[k]
+    g = G[k]
+    new = min(max(a[k] - g / h, 0.0), qp.U[k]) if h > 0.0 else (qp.U[k] if g < 0.0 else 0.0)
+    delta = new - a[k]
+    a[k] = new
+    c = delta * y[k]
+    sb[0] += c
+    for q in range(G.shape[0]):
+        G[q] += y[q] * c * (np.float64(row_k[q]) + bias2)
+    G[k] += qp.D[k] * delta
 
 
 @njit(cache=True)
@@ -750,16 +782,20 @@ def _kernel_pairs(kp, qp, opts, a):
     14 000 rows of magic with a quarter of them cached, C = 10 and 100, 7.7 s and 27 s against
     17.8 s and about 170 s for the block sweeps. With ``opts.shrinking``, every
     :data:`_SHRINK_EVERY` steps the variables that no step would move leave the two scans
-    (:func:`_shrink_pairs`, LIBSVM's rule); kv is still updated for every variable, so the
-    run ends only when the stopping rule holds on all of them (shrunk variables come back for
-    that check). ``opts.max_iter`` counts n_var steps; returns (steps / n_var rounded up,
-    converged)."""
+    (:func:`_shrink_pairs`, LIBSVM's rule); the gradient is still updated for every variable,
+    so the run ends only when the stopping rule holds on all of them (shrunk variables come back
+    for that check). As LIBSVM, the steps keep the gradient G itself (kv is rebuilt from it at
+    the end), so that the scans read one number a variable instead of working it out from five:
+    LDM at C = 100 on 14 000 rows of magic takes about 86 000 steps over some 7000 active
+    variables, 8.3 s with kv kept and 6.2 s with G. The single-variable step gains are worked out
+    only where a single step may be taken (a quarter of the scan). ``opts.max_iter`` counts n_var
+    steps; returns (steps / n_var rounded up, converged)."""
     y, cache = qp.y, kp.cache
     m = y.shape[0]
     max_steps = opts.max_iter * m
-    ps, pc = np.zeros(1, dtype=np.int64), np.zeros(1)
-    stats = np.empty(2)
-    steps = 0
+    G = np.empty(m)
+    _gradient_of(kp, qp, a, G, True)
+    steps, converged = 0, False
     partial = cache.slots.shape[0] < m
     slot_of = cache.slot_of if partial else np.zeros(0, dtype=np.int64)
     index = np.arange(m)
@@ -768,38 +804,36 @@ def _kernel_pairs(kp, qp, opts, a):
     fine = False  # the pairs were within tol at the last scan: work out the single steps at once
     while steps < max_steps:
         singles = fine
-        spread, k, gain, i, up, low = _pair_scan(kp, qp, a, index, n_act, singles)
+        spread, k, gain, i, up, low = _pair_scan(G, qp, a, index, n_act, singles)
         if spread <= opts.tol:
             if n_act == m:
-                return -(-steps // m), True
+                converged = True
+                break
             n_act = m  # the shrunk variables come back for the check (and the steps it asks for)
             continue
         fine = not up - low > opts.tol
         if not singles and (fine or i < 0):  # a single step may be taken: the scan with its gains
             singles = True
-            spread, k, gain, i, up, low = _pair_scan(kp, qp, a, index, n_act, True)
+            spread, k, gain, i, up, low = _pair_scan(G, qp, a, index, n_act, True)
         if opts.shrinking and steps % every == every - 1:
-            n_act = _shrink_pairs(kp, qp, a, index, n_act, up, low)
+            n_act = _shrink_pairs(G, qp, a, index, n_act, up, low)
         j, t, pair_gain = -1, 0.0, 0.0
         if up > low and i >= 0:
-            j, t, pair_gain = _pair_partner(kp, qp, a, i, up, cache_row(cache, i), slot_of, _PAIR_CACHED,
-                                            index, n_act)
+            j, t, pair_gain = _pair_partner(G, qp, a, i, up, cache_row(cache, i), kp.bias2, slot_of,
+                                            _PAIR_CACHED, index, n_act)
         pair = j >= 0 and t > 0.0 and (up - low > opts.tol or pair_gain > gain)
         if not pair and not singles:  # no pair step after all (rare): the best single step
-            _, k, gain, _, _, _ = _pair_scan(kp, qp, a, index, n_act, True)
+            _, k, gain, _, _, _ = _pair_scan(G, qp, a, index, n_act, True)
         if pair:
-            a[i] += y[i] * t
-            a[j] -= y[j] * t
-            row_i = cache_row(cache, i)
-            row_j = cache_row(cache, j)
-            for q in range(m):  # kv = K Y a changes by t (K_i - K_j); sum_i y_i a_i does not change
-                kp.kv[q] += t * (np.float64(row_i[q]) - np.float64(row_j[q]))
+            _pair_step(G, qp, a, i, j, t, cache_row(cache, i), cache_row(cache, j))
         elif k >= 0:
-            _visit(k, kp, qp, a, ps, pc, 0, 1, False, np.inf, -np.inf, stats)
+            _single_step(G, qp, a, k, cache_row(cache, k), kp.bias2, kp.sb)
         else:
-            return -(-steps // m), True
+            converged = True
+            break
         steps += 1
-    return opts.max_iter, False
+    _gradient_of(kp, qp, a, G, False)
+    return (-(-steps // m) if converged else opts.max_iter), converged
 
 
 @njit(cache=True)
