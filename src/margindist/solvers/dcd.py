@@ -711,9 +711,13 @@ _SHRINK_EVERY = 1000
 @njit(cache=True)
 def _shrink_pairs(G, qp, a, index, n_act, up, low):
     """LIBSVM's shrinking for :func:`_kernel_pairs`: a variable at a bound leaves the scans when
-    neither kind of step would move it -- no single step (its projected gradient is 0: g > 0 at
-    0, g < 0 at its upper bound) and no pair step (it may move one way only, and its -y g is
-    beyond the current extreme ``up`` or ``low`` of the other side). Returns the new count."""
+    no pair step would move it (it may move one way only, and its -y g is beyond the current
+    extreme ``up`` or ``low`` of the other side). A single step might still move it; single
+    steps matter only once the pairs are within tol, and the final check on every variable
+    brings it back if it is needed. (Keeping such variables in the scans, LDM at C = 100 on
+    14 000 rows of magic scanned 6800 variables a step on average instead of 2800, in 91 000
+    steps instead of 105 000: 6.2 s against 4.5 s, the same dual value.) Returns the new
+    count."""
     y = qp.y
     s = 0
     while s < n_act:
@@ -722,8 +726,7 @@ def _shrink_pairs(G, qp, a, index, n_act, up, low):
         v = -y[k] * g
         at_lo, at_hi = a[k] <= 0.0, a[k] >= qp.U[k]
         moves_up = (y[k] > 0.0) == at_lo  # may move by +y_k only (else by -y_k only)
-        out = (at_lo and g > 0.0) or (at_hi and g < 0.0)
-        out = out and (at_lo != at_hi) and ((moves_up and v < low) or (not moves_up and v > up))
+        out = (at_lo != at_hi) and ((moves_up and v < low) or (not moves_up and v > up))
         if out:
             n_act -= 1
             index[s] = index[n_act]
