@@ -925,7 +925,7 @@ def test_pivoted_cholesky_is_exact_on_its_pivots(dtype):
     candidates, each the candidate with the largest residual diagonal at its step; a float32
     factor (the Newton phase's) to float32's precision, with the same pivots."""
     from margindist.kernels import KernelRowCache, kernel_matrix, resolve_kernel
-    from margindist.solvers.kmomd import _pivoted_cholesky
+    from margindist.solvers._pivoted import pivoted_cholesky
 
     rng = np.random.default_rng(4)
     X = rng.normal(size=(80, 3))
@@ -934,7 +934,7 @@ def test_pivoted_cholesky_is_exact_on_its_pivots(dtype):
     cache = KernelRowCache(spec, X, max_bytes=80 * 8 * 80)
     cand = rng.random(80) < 0.6
     F, piv = np.zeros((12, 80), dtype=dtype), np.zeros(12, dtype=np.int64)
-    rank, d = _pivoted_cholesky(cache.state, np.diag(K).copy(), cand, 12, 1e-12, F, piv)
+    rank, d = pivoted_cholesky(cache.state, np.diag(K).copy(), cand, 12, 1e-12, F, piv)
     assert rank == 12 and cand[piv].all() and len(set(piv)) == 12
     P, Fr = piv[:rank], F[:rank].astype(np.float64)
     atol = 1e-12 if dtype == np.float64 else 2e-6
@@ -946,7 +946,7 @@ def test_pivoted_cholesky_is_exact_on_its_pivots(dtype):
         assert res[P[k]] == pytest.approx(res[cand].max(), abs=atol)
     if dtype == np.float32:  # the same pivots as the float64 factor
         F64, piv64 = np.zeros((12, 80)), np.zeros(12, dtype=np.int64)
-        _pivoted_cholesky(cache.state, np.diag(K).copy(), cand, 12, 1e-12, F64, piv64)
+        pivoted_cholesky(cache.state, np.diag(K).copy(), cand, 12, 1e-12, F64, piv64)
         np.testing.assert_array_equal(piv, piv64)
 
 

@@ -120,10 +120,12 @@ def test_lssvm_kernel_cg_is_preconditioned_and_weighted(heart, rng):
 
 
 def test_nystroem_preconditioner_and_block_pcg():
-    """With every row a landmark the preconditioner is the exact inverse of K + D; block PCG
-    solves each column of a two-column system to its tolerance, and stops at max_iter."""
-    from margindist.kernels import resolve_kernel
-    from margindist.solvers.lssvm import block_pcg, nystroem_preconditioner
+    """With every row a landmark the preconditioners (uniform landmarks; pivoted partial
+    Cholesky, from a Gram matrix or from kernel rows) are the exact inverse of K + D; with fewer
+    pivots, the residual diagonal joins D; block PCG solves each column of a two-column system
+    to its tolerance, and stops at max_iter."""
+    from margindist.kernels import KernelRowCache, resolve_kernel
+    from margindist.solvers.lssvm import block_pcg, nystroem_preconditioner, pivoted_preconditioner
 
     rng = np.random.default_rng(5)
     X = rng.normal(size=(40, 3))
@@ -132,8 +134,20 @@ def test_nystroem_preconditioner_and_block_pcg():
     d = rng.uniform(0.1, 2.0, size=40)
     R = rng.normal(size=(40, 2))
     exact = np.linalg.solve(K + np.diag(d), R)
-    for G in (K, None):
-        np.testing.assert_allclose(nystroem_preconditioner(spec, X, G, d)(R), exact, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(nystroem_preconditioner(spec, X, d)(R), exact, rtol=1e-8, atol=1e-10)
+    for rows in (KernelRowCache.from_gram(K), KernelRowCache(spec, X, max_bytes=10 * 40 * 8)):
+        prec = pivoted_preconditioner(rows, d, 40, dtype=np.float64, stop=0.0)
+        np.testing.assert_allclose(prec(R), exact, rtol=1e-8, atol=1e-10)
+    # six pivots: the inverse of F^T F + diag(K - F^T F) + D, F the greedy pivoted Cholesky of K
+    prec = pivoted_preconditioner(KernelRowCache.from_gram(K), d, 6, dtype=np.float64, stop=0.0)
+    res, F = np.diag(K).copy(), np.zeros((0, 40))
+    for _ in range(6):  # greedy pivoting in NumPy
+        j = int(np.argmax(res))
+        F = np.vstack([F, (K[j] - F.T @ F[:, j]) / np.sqrt(res[j])])
+        res = np.maximum(np.diag(K) - np.sum(F * F, axis=0), 0.0)
+        res[j] = 0.0
+    approx = F.T @ F + np.diag(np.diag(K) - np.sum(F * F, axis=0)) + np.diag(d)
+    np.testing.assert_allclose(prec(R), np.linalg.solve(approx, R), rtol=1e-8, atol=1e-10)
     B = np.column_stack([np.ones(40), 1e3 * rng.normal(size=40)])  # columns of very different size
     Z, it, ok = block_pcg(lambda V: K @ V + d[:, None] * V, B, lambda V: V / d[:, None], 1e-10)
     assert ok and it > 1

@@ -77,6 +77,7 @@ from ..kernels import (
     kernel_decision,
 )
 from ._gram import sym_rows
+from ._pivoted import pivoted_cholesky
 from ._result import SolverResult
 from ._rows import make_rows, nonneg, row_axpy, row_dot, row_sq_norms, rows_dot
 from .dcd import _flush
@@ -408,42 +409,6 @@ def _gather_block(cache, idx, out, lower=False):
             o[b] = row[idx[b]]
 
 
-@njit(cache=True)
-def _pivoted_cholesky(cache, diag, cand, r_max, stop, F, piv):
-    """Greedy pivoted partial Cholesky K ~ F^T F (F: (r_max, m), float32 or float64, filled by
-    rows), pivots among the rows with ``cand`` true, columns over all rows.
-
-    Pivot k is the candidate with the largest residual diagonal d_j = K_jj - sum_t F[t, j]^2; stops
-    when that is <= ``stop`` or after ``r_max`` pivots. Returns (rank, residual diagonal of all
-    rows). One kernel row per pivot; O(m rank^2)."""
-    m = diag.shape[0]
-    d = diag.copy()
-    for k in range(r_max):
-        j = -1
-        for a in range(m):
-            if cand[a] and (j < 0 or d[a] > d[j]):
-                j = a
-        if j < 0 or d[j] <= stop:
-            return k, d
-        dj = d[j]
-        piv[k] = j
-        row = cache_row(cache, j)
-        f = F[k]
-        if k:  # f = row - F[:k]^T F[:k, j], one BLAS product (k axpys into f: twice the time)
-            f[:] = np.dot(np.ascontiguousarray(F[:k, j]), F[:k])
-            for a in range(m):
-                f[a] = row[a] - f[a]
-        else:
-            for a in range(m):
-                f[a] = row[a]
-        sc = 1.0 / np.sqrt(dj)
-        for a in range(m):
-            f[a] *= sc
-            d[a] = max(d[a] - f[a] * f[a], 0.0)
-        d[j] = 0.0
-    return r_max, d
-
-
 # --------------------------------------------------------------------------------------
 # Python drivers
 # --------------------------------------------------------------------------------------
@@ -653,7 +618,7 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
         r_max = int(min(rank_max, m, max(cache.n_slots // 4, 1)))
         F = np.zeros((r_max, m), dtype=np.float32)  # a preconditioner's factor: float32 halves its reads
         # landmarks among the starting support: the residual matters on the examples that carry weight
-        rank, dres = _pivoted_cholesky(state, diag, gamma > 0, r_max, 0.05 * lam / ((1.0 - lam) * w.max()), F,
+        rank, dres = pivoted_cholesky(state, diag, gamma > 0, r_max, 0.05 * lam / ((1.0 - lam) * w.max()), F,
                                        np.zeros(r_max, dtype=np.int64))
         F = F[:rank]
     I = gamma > 0
