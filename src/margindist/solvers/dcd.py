@@ -54,7 +54,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from ..kernels import KernelRowCache, cache_row
 from ._result import SolverResult
-from ._rows import make_rows, rng_shuffle, row_axpy, row_dot, row_sq_norms, seed_from
+from ._rows import make_rows, rng_shuffle, row_axpy, row_dot, row_sq_norms, rows_tdot, seed_from
 
 __all__ = ["BoxQP", "DCDOptions", "DCDResult", "KernelPath", "dcd_kernel", "dcd_linear"]
 
@@ -182,13 +182,6 @@ def _coordinate_steps(i, m, n_sides, ui, qdi, D, p, U, a, shrinking, pg_max_old,
     return dg, shrink
 
 
-@njit(cache=True)
-def _linear_w(rows, y, gamma, w):
-    for i in range(y.shape[0]):
-        if gamma[i] != 0.0:
-            row_axpy(rows, i, gamma[i] * y[i], w)
-
-
 def _as_arrays(n_var, D, p, U):
     D = np.ascontiguousarray(np.broadcast_to(np.asarray(D, dtype=np.float64), (n_var,)))
     p = np.ascontiguousarray(np.broadcast_to(np.asarray(p, dtype=np.float64), (n_var,)))
@@ -250,8 +243,10 @@ def dcd_linear(X, y, D, p, U, *, n_var, bias=1.0, w0=None, a0=None, tol=1e-3, ma
     if w.shape[0] != d + 1:
         raise ValueError(f"w0 has length {w.shape[0]}, expected {d + 1}.")
     gamma = a[:m] - a[m:] if n_var == 2 * m else a.copy()
-    if np.any(gamma != 0):
-        _linear_w(rows, y, gamma, w)
+    if np.any(gamma != 0):  # w += Xh^T Y gamma
+        wg = np.empty(d + 1)
+        rows_tdot(rows, y * gamma, wg)
+        w += wg
     it, conv = _linear_epochs(rows, w, BoxQP(y, qd, D, p, U), DCDOptions(float(tol), int(max_iter), bool(shrinking), 1),
                               a, seed_from(random_state))
     if not conv:

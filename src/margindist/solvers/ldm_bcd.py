@@ -200,7 +200,7 @@ def ldm_bcd_linear(X, y, sample_weight, lambda1, lambda2, C, *, bias=1.0, tol=1e
     rows = _LinearRows(X, y, bias)
     res = _bcd_rounds(rows, y, sample_weight, lambda1, lambda2, C, tol=tol, max_iter=max_iter, beta0=beta0,
                       gamma0=gamma0, random_state=random_state, max_rounds=max_rounds, log=log)
-    res.coef = rows.weights(y * res.alpha)[:-1]
+    res.coef = rows.xh.xtr(res.alpha)[:-1]  # res.alpha: the coefficients on xh_j
     return res
 
 
