@@ -950,6 +950,51 @@ def test_pivoted_cholesky_is_exact_on_its_pivots(dtype):
         np.testing.assert_array_equal(piv, piv64)
 
 
+def _greedy_cholesky(K, cand, r_max, stop, stop_trace, min_rank):
+    """One pivot at a time in NumPy: the largest residual diagonal among the candidates (the
+    first such row), stopping as :func:`~margindist.solvers._pivoted.pivoted_cholesky` does."""
+    d, F, piv = np.diag(K).copy(), np.zeros((0, K.shape[0])), []
+    while len(piv) < r_max:
+        j = int(np.flatnonzero(cand)[np.argmax(d[cand])])
+        if d[j] <= stop or len(piv) >= min_rank and d.sum() <= stop_trace:
+            break
+        F = np.vstack([F, (K[j] - F.T @ F[:, j]) / np.sqrt(d[j])])
+        d = np.maximum(d - F[-1] ** 2, 0.0)
+        d[j] = 0.0
+        piv.append(j)
+    return np.array(piv), F, d
+
+
+@pytest.mark.parametrize("case", ["all", "candidates", "trace"])
+def test_blocked_pivoted_cholesky_takes_the_greedy_pivots(case):
+    """The blocked factor (pivots in blocks of PIVOT_BLOCK from the residual rows of twice as
+    many candidates) against one pivot at a time in NumPy: the same pivots, factor and residual
+    diagonal over several blocks, including blocks cut short because the next pivot was not a
+    candidate (here the first 2 * PIVOT_BLOCK rows, the first candidates, are near copies of
+    one point), with a candidate subset, and with the stop on the residual's trace (after the
+    fewest pivots asked for)."""
+    from margindist.kernels import KernelRowCache, kernel_matrix, resolve_kernel
+    from margindist.solvers._pivoted import PIVOT_BLOCK, pivoted_cholesky
+
+    rng = np.random.default_rng(7)
+    m = 300
+    X = rng.normal(size=(m, 4))
+    X[: 2 * PIVOT_BLOCK] = X[0] + 1e-3 * rng.normal(size=(2 * PIVOT_BLOCK, 4))
+    spec = resolve_kernel("rbf", X, gamma=0.5)
+    K = kernel_matrix(spec, X)
+    cand = rng.random(m) < 0.7 if case == "candidates" else np.ones(m, dtype=bool)
+    stop_trace = 0.5 * np.trace(K) / 4 if case == "trace" else 0.0
+    r_max, min_rank = 4 * PIVOT_BLOCK + 5, 10
+    ref_piv, ref_F, ref_d = _greedy_cholesky(K, cand, r_max, 1e-12, stop_trace, min_rank)
+    F, piv = np.zeros((r_max, m)), np.zeros(r_max, dtype=np.int64)
+    cache = KernelRowCache(spec, X, max_bytes=50 * 8 * m)  # rows evicted and recomputed
+    rank, d = pivoted_cholesky(cache.state, np.diag(K).copy(), cand, r_max, 1e-12, F, piv, stop_trace, min_rank)
+    assert rank == ref_piv.size and (rank == r_max) == (case != "trace") and rank > min_rank
+    np.testing.assert_array_equal(piv[:rank], ref_piv)
+    np.testing.assert_allclose(F[:rank], ref_F, atol=1e-9)
+    np.testing.assert_allclose(d, ref_d, atol=1e-9)
+
+
 @pytest.mark.parametrize("slots", [3, 10, 60])
 def test_rows_combination_with_evictions(slots):
     """C K[rows] from the row cache, one combination (eight rows at a time when the cache holds

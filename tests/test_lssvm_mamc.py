@@ -136,10 +136,12 @@ def test_nystroem_preconditioner_and_block_pcg():
     exact = np.linalg.solve(K + np.diag(d), R)
     np.testing.assert_allclose(nystroem_preconditioner(spec, X, d)(R), exact, rtol=1e-8, atol=1e-10)
     for rows in (KernelRowCache.from_gram(K), KernelRowCache(spec, X, max_bytes=10 * 40 * 8)):
-        prec = pivoted_preconditioner(rows, d, 40, dtype=np.float64, stop=0.0)
+        prec = pivoted_preconditioner(rows, d, 40, dtype=np.float64, stop=0.0, stop_trace=0.0)
         np.testing.assert_allclose(prec(R), exact, rtol=1e-8, atol=1e-10)
-    # six pivots: the inverse of F^T F + diag(K - F^T F) + D, F the greedy pivoted Cholesky of K
-    prec = pivoted_preconditioner(KernelRowCache.from_gram(K), d, 6, dtype=np.float64, stop=0.0)
+    # six pivots: the inverse of F^T F + diag(K - F^T F) + D, F the greedy pivoted Cholesky of K;
+    # a float32 factor (the default) to float32's precision
+    prec = pivoted_preconditioner(KernelRowCache.from_gram(K), d, 6, dtype=np.float64, stop=0.0, stop_trace=0.0)
+    prec32 = pivoted_preconditioner(KernelRowCache.from_gram(K), d, 6, stop=0.0, stop_trace=0.0)
     res, F = np.diag(K).copy(), np.zeros((0, 40))
     for _ in range(6):  # greedy pivoting in NumPy
         j = int(np.argmax(res))
@@ -148,6 +150,32 @@ def test_nystroem_preconditioner_and_block_pcg():
         res[j] = 0.0
     approx = F.T @ F + np.diag(np.diag(K) - np.sum(F * F, axis=0)) + np.diag(d)
     np.testing.assert_allclose(prec(R), np.linalg.solve(approx, R), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(prec32(R), np.linalg.solve(approx, R), rtol=1e-5, atol=1e-6)
+    # the default: at least n_landmarks(m) pivots, then until the residual's trace is at most
+    # PIVOT_TRACE times min(d), at most n_pivots(m)[1]
+    from margindist.solvers import lssvm
+
+    assert lssvm.n_pivots(14000) == (473, 933) and lssvm.n_pivots(2000) == (178, 178)
+    assert lssvm.n_pivots(40) == (40, 40) and lssvm.n_pivots(10**6) == (500, 1000)
+    X9 = np.random.default_rng(5).normal(size=(5000, 6))
+    K9 = pairwise_kernels(X9, metric="rbf", gamma=0.3)
+    calls = []
+    real = lssvm.pivoted_cholesky
+
+    def spy(*args):
+        calls.append(real(*args))
+        return calls[-1]
+
+    lssvm.pivoted_cholesky = spy
+    try:
+        for dv in (14.0, 1.0):  # the trace stops it / the most pivots stop it
+            pivoted_preconditioner(KernelRowCache.from_gram(K9), np.full(5000, dv))
+    finally:
+        lssvm.pivoted_cholesky = real
+    (r1, e1), (r2, e2) = calls
+    low, high = lssvm.n_pivots(5000)
+    assert low < r1 < high and e1.sum() <= lssvm.PIVOT_TRACE * 14.0
+    assert r2 == high and e2.sum() > lssvm.PIVOT_TRACE * 1.0
     B = np.column_stack([np.ones(40), 1e3 * rng.normal(size=40)])  # columns of very different size
     Z, it, ok = block_pcg(lambda V: K @ V + d[:, None] * V, B, lambda V: V / d[:, None], 1e-10)
     assert ok and it > 1

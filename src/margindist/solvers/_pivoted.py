@@ -12,38 +12,90 @@ from ..kernels import cache_row
 
 __all__ = ["pivoted_cholesky"]
 
+#: Pivots per block of :func:`pivoted_cholesky`; its candidates are the ``2 * PIVOT_BLOCK``
+#: rows of largest residual diagonal at the block's start.
+PIVOT_BLOCK = 32
+
 
 @njit(cache=True)
-def pivoted_cholesky(cache, diag, cand, r_max, stop, F, piv):
+def _candidates(d, cand, n, stop):
+    """Up to n rows with ``cand`` true and d > ``stop``, those of largest d, largest first (ties
+    by row: the first is the next greedy pivot)."""
+    ok = np.flatnonzero(cand & (d > stop))
+    return ok[np.argsort(-d[ok], kind="mergesort")[:n]]
+
+
+@njit(cache=True)
+def _argmax_first(d, cand):
+    """The first row with ``cand`` true of largest d (-1 if none)."""
+    j = -1
+    for a in range(d.shape[0]):
+        if cand[a] and (j < 0 or d[a] > d[j]):
+            j = a
+    return j
+
+
+@njit(cache=True)
+def _candidate_rows(cache, C, F, k, rows):
+    """rows[:c] = the residual rows K[C, :] - F[:k, C]^T F[:k, :] (one BLAS matrix product)."""
+    for t in range(C.shape[0]):
+        rows[t] = cache_row(cache, C[t])
+    if k:
+        FC = np.ascontiguousarray(F[:k][:, C])
+        rows[: C.shape[0]] -= np.dot(FC.T, F[:k])
+
+
+@njit(cache=True)
+def pivoted_cholesky(cache, diag, cand, r_max, stop, F, piv, stop_trace=0.0, min_rank=0):
     """Greedy pivoted partial Cholesky K ~ F^T F (F: (r_max, m), float32 or float64, filled by
     rows), pivots among the rows with ``cand`` true, columns over all rows.
 
-    Pivot k is the candidate with the largest residual diagonal d_j = K_jj - sum_t F[t, j]^2; stops
-    when that is <= ``stop`` or after ``r_max`` pivots. Returns (rank, residual diagonal of all
-    rows). One kernel row per pivot; O(m rank^2)."""
+    Pivot k is the candidate with the largest residual diagonal d_j = K_jj - sum_t F[t, j]^2
+    (the first such row); stops when that is <= ``stop``, when the residual's trace sum_j d_j
+    (over all rows) is <= ``stop_trace`` after at least ``min_rank`` pivots, or after
+    ``r_max`` pivots. Returns (rank, residual
+    diagonal of all rows). O(m rank^2).
+
+    The pivots come in blocks (left-looking, as blocked Cholesky codes): at a block's start the
+    residual rows of the ``2 * PIVOT_BLOCK`` rows of largest residual diagonal are formed in one
+    matrix product with the factor so far; pivots are then taken greedily, each from its
+    candidate row less the block's earlier pivots, until :data:`PIVOT_BLOCK` are taken or the
+    next pivot is not a candidate. The pivots and the factor are those of taking them one at a
+    time (each a matrix-vector product with the whole factor so far, twice the time at 473
+    pivots of 14 000 rows and five times at 1000), up to rounding."""
     m = diag.shape[0]
     d = diag.copy()
-    for k in range(r_max):
-        j = -1
-        for a in range(m):
-            if cand[a] and (j < 0 or d[a] > d[j]):
-                j = a
-        if j < 0 or d[j] <= stop:
+    n_cand = 2 * PIVOT_BLOCK
+    rows = np.empty((n_cand, m), dtype=F.dtype)
+    slot = np.full(m, -1, dtype=np.int64)  # candidate row of each sample in the current block
+    k = 0
+    trace = d.sum()
+    while k < r_max:
+        j = _argmax_first(d, cand)
+        if j < 0 or d[j] <= stop or k >= min_rank and trace <= stop_trace:
             return k, d
-        dj = d[j]
-        piv[k] = j
-        row = cache_row(cache, j)
-        f = F[k]
-        if k:  # f = row - F[:k]^T F[:k, j], one BLAS product (k axpys into f: twice the time)
-            f[:] = np.dot(np.ascontiguousarray(F[:k, j]), F[:k])
+        C = _candidates(d, cand, n_cand, stop)
+        _candidate_rows(cache, C, F, k, rows)
+        for t in range(C.shape[0]):
+            slot[C[t]] = t
+        k0 = k
+        while (k < r_max and k - k0 < PIVOT_BLOCK and j >= 0 and d[j] > stop and slot[j] >= 0
+               and (k < min_rank or trace > stop_trace)):
+            f = F[k]
+            f[:] = rows[slot[j]]
+            if k > k0:  # less the block's earlier pivots
+                f -= np.dot(np.ascontiguousarray(F[k0:k, j]), F[k0:k])
+            sc = 1.0 / np.sqrt(d[j])
+            trace = 0.0
             for a in range(m):
-                f[a] = row[a] - f[a]
-        else:
-            for a in range(m):
-                f[a] = row[a]
-        sc = 1.0 / np.sqrt(dj)
-        for a in range(m):
-            f[a] *= sc
-            d[a] = max(d[a] - f[a] * f[a], 0.0)
-        d[j] = 0.0
+                f[a] *= sc
+                d[a] = max(d[a] - f[a] * f[a], 0.0)
+                trace += d[a]
+            trace -= d[j]
+            d[j] = 0.0
+            piv[k] = j
+            k += 1
+            j = _argmax_first(d, cand)
+        for t in range(C.shape[0]):
+            slot[C[t]] = -1
     return r_max, d
