@@ -53,16 +53,16 @@ def pivoted_cholesky(cache, diag, cand, r_max, stop, F, piv, stop_trace=0.0, min
     Pivot k is the candidate with the largest residual diagonal d_j = K_jj - sum_t F[t, j]^2
     (the first such row); stops when that is <= ``stop``, when the residual's trace sum_j d_j
     (over all rows) is <= ``stop_trace`` after at least ``min_rank`` pivots, or after
-    ``r_max`` pivots. Returns (rank, residual
-    diagonal of all rows). O(m rank^2).
+    ``r_max`` pivots. Returns (rank, residual diagonal of all rows). O(m rank^2).
 
     The pivots come in blocks (left-looking, as blocked Cholesky codes): at a block's start the
     residual rows of the ``2 * PIVOT_BLOCK`` rows of largest residual diagonal are formed in one
     matrix product with the factor so far; pivots are then taken greedily, each from its
     candidate row less the block's earlier pivots, until :data:`PIVOT_BLOCK` are taken or the
     next pivot is not a candidate. The pivots and the factor are those of taking them one at a
-    time (each a matrix-vector product with the whole factor so far, twice the time at 473
-    pivots of 14 000 rows and five times at 1000), up to rounding."""
+    time, up to rounding; one at a time, each pivot took a matrix-vector product with the
+    whole factor so far (14 000 rows, float32: 1000 pivots 0.93-0.99 s against 0.53-0.60 s in
+    blocks; 553 pivots about the same, 0.22-0.27 s against 0.22-0.23 s)."""
     m = diag.shape[0]
     d = diag.copy()
     n_cand = 2 * PIVOT_BLOCK

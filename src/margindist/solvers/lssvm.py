@@ -148,9 +148,9 @@ def pivoted_preconditioner(rows: KernelRowCache, d, rank=None, *, dtype=np.float
 
 def _woodbury(Ft, d):
     """R -> (Ft^T Ft + D)^{-1} R (Ft: (M, m), D = diag(d)) by the Woodbury identity
-    D^{-1} - D^{-1} Ft^T (I + Ft D^{-1} Ft^T)^{-1} Ft D^{-1}. The M x M matrix is formed in
-    Ft's precision (float32: O(m M^2) at twice float64's pace), factorised and applied in
-    float64."""
+    D^{-1} - D^{-1} Ft^T (I + Ft D^{-1} Ft^T)^{-1} Ft D^{-1}. The M x M matrix, O(m M^2), is
+    formed in Ft's precision (float32 at 1000 x 14 000: 0.44 s against 0.59 s in float64),
+    factorised and applied in float64."""
     Fs = Ft / np.sqrt(d).astype(Ft.dtype)
     # I + Ft D^-1 Ft^T from one triangle (BLAS syrk), on the Fortran-ordered transpose
     cap = blas.get_blas_funcs("syrk", (Fs,))(1.0, Fs.T, trans=1, lower=1).astype(np.float64)
