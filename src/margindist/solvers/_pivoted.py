@@ -70,8 +70,8 @@ def pivoted_cholesky(cache, diag, cand, r_max, stop, F, piv, stop_trace=0.0, min
     slot = np.full(m, -1, dtype=np.int64)  # candidate row of each sample in the current block
     k = 0
     trace = d.sum()
+    j = _argmax_first(d, cand)  # the next pivot, kept current by the inner loop
     while k < r_max:
-        j = _argmax_first(d, cand)
         if j < 0 or d[j] <= stop or k >= min_rank and trace <= stop_trace:
             return k, d
         C = _candidates(d, cand, n_cand, stop)
