@@ -147,6 +147,72 @@ def test_block_sweeps_keep_kv_exact_after_each_sweep(rng, m, slots, sort):
     assert f(res.a) == pytest.approx(ref, rel=1e-6, abs=1e-8)
 
 
+@pytest.mark.parametrize("block,two_sided,finite_box", [(40, True, False), (64, False, True), (520, True, False)])
+def test_block_sweeps_with_every_row_at_hand(rng, block, two_sided, finite_box):
+    """``block_sweeps`` with the whole matrix (a dense K, a filled float32 cache): small blocks
+    work in a local copy of K[block, block] (blocks of at most _LOCAL_MAX rows: 520 is cut
+    to 512). After every sweep u = Q gamma + o exactly, and the run ends at the plain epochs'
+    optimum and scipy's; fewer rows than 2 * block_sweeps (or another selection) keep the plain
+    epochs, step for step."""
+    from margindist.solvers import dcd
+
+    m = 1100 if block > 100 else 300
+    X, y, n_var, D, p, U = _problem(rng, m=m, two_sided=two_sided, finite_box=finite_box)
+    spec = resolve_kernel("rbf", X, gamma=0.2)
+    K = spec(X)
+    o = rng.normal(size=m)
+    cache32 = KernelRowCache(spec, X, dtype=np.float32, max_bytes=4 * m * m)
+    K32 = cache32.fill().astype(np.float64)
+    for source, Kc in (({"gram": K}, K), ({"cache": cache32}, K32)):
+        for sweeps in (1, 2):
+            res = dcd_kernel(y, D, p, U, n_var=n_var, u0=o, max_iter=sweeps, random_state=1, warn_label=None,
+                             block_sweeps=block, **source)
+            u = y * ((Kc + 1.0) @ (y * res.gamma(m))) + o
+            np.testing.assert_allclose(res.u, u, rtol=0, atol=1e-10 * max(1.0, np.abs(u).max()))
+    kw = dict(n_var=n_var, gram=K, u0=o, tol=1e-9, max_iter=20000, random_state=0)
+    blocks = dcd_kernel(y, D, p, U, block_sweeps=block, **kw)
+    plain = dcd_kernel(y, D, p, U, **kw)
+    assert blocks.converged and blocks.n_iter != plain.n_iter
+    np.testing.assert_allclose(blocks.a, plain.a, atol=1e-7)
+    if m <= 300:
+        Q = (y[:, None] * (K + 1.0)) * y[None, :]
+        ref, f = _reference(Q, D, p + (np.concatenate([o, -o]) if two_sided else o), U, m)
+        assert f(blocks.a) == pytest.approx(ref, rel=1e-6, abs=1e-8)
+    same = dcd_kernel(y, D, p, U, block_sweeps=m // 2, **kw)
+    assert same.n_iter == plain.n_iter and np.array_equal(same.a, plain.a)
+
+
+@pytest.mark.parametrize("local", [True, False])
+def test_a_blocks_epochs_keep_its_columns_of_kv_exact(rng, local):
+    """Inside a block the changes reach kv only on the block's columns (kvB), through the local
+    matrix or through the runs of the cached rows; after the block's epochs kvB equals the
+    block's entries of the whole kv, which the block's end updates from the full rows."""
+    from margindist.solvers import dcd
+    from margindist.solvers._rows import seed_from
+
+    m, run, per_block = 200, 16, 4
+    X, y, n_var, D, p, U = _problem(rng, m=m)
+    K = resolve_kernel("rbf", X, gamma=0.2)(X)
+    cache = KernelRowCache.from_gram(K)
+    a = rng.uniform(0.0, 0.3, size=n_var)
+    gamma = a[:m] - a[m:]
+    kv = K @ (y * gamma)
+    kp = dcd.KernelPath(cache.state, kv, np.array([y @ gamma]), np.zeros(m), 1.0)
+    qp = dcd.BoxQP(y, np.diag(K) + 1.0, D, p, U)
+    size = run * per_block
+    nl = size if local else 0
+    bw = dcd.BlockWork(np.array([160, 16, 96, 48]), np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64),
+                       np.empty(size), np.empty(size), np.empty((nl, nl)), np.zeros(size, dtype=np.bool_))
+    ps, pc, stats = np.zeros(8, dtype=np.int64), np.zeros(8), np.array([-np.inf, np.inf])
+    dcd._block_epochs(kp, qp, dcd.DCDOptions(1e-12, 10, False, 8), a, seed_from(0), bw, per_block, run, ps, pc, 8,
+                      stats)
+    assert np.count_nonzero(bw.dB) > 20  # the block's variables moved, in groups of eight pending rows
+    gamma = a[:m] - a[m:]
+    np.testing.assert_allclose(kv, K @ (y * gamma), atol=1e-12)
+    np.testing.assert_allclose(bw.kvB, kv[bw.idx], atol=1e-12)
+    assert set(bw.idx) == {i for s in (160, 16, 96, 48) for i in range(s, s + run)}
+
+
 @pytest.mark.parametrize("two_sided,finite_box", [(True, False), (False, True)])
 def test_greedy_selection_reaches_the_optimum(rng, two_sided, finite_box):
     """Greedy steps (every row at hand) end on scipy's optimum and the random epochs' point, from

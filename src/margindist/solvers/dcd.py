@@ -30,7 +30,10 @@ Two data paths, both maintaining the gradient information incrementally:
   variables that move, so the cost is memory-bound: float32 rows halve it. When the cache holds
   fewer rows than there are samples, epochs become block sweeps (:func:`_kernel_block_epochs`:
   a few epochs on each block of cached rows, whose changes reach kv outside the block once, at
-  its end), which compute about a third of the kernel rows.
+  its end), which compute about a third of the kernel rows. With every row at hand a caller
+  may ask for block sweeps of small blocks (``block_sweeps``, ODM): their inner epochs work in
+  a local copy of K[block, block], and a sweep reads the matrix once, as an epoch does, but
+  takes the place of about three epochs on a dense dual.
 
 The coordinate step is the exact minimiser over one variable, projected on its box:
 ``a_k <- clip(a_k - g_k / (Q_ii + D_k), 0, U_k)`` with g_k = s_k u_i + D_k a_k + p_k. Each
@@ -461,65 +464,153 @@ def _apply_block(cache, idx, dB, nB, ps, pc, kv):
         _flush(cache.slots, ps, pc, n, kv)
 
 
+#: Blocks of at most this many rows keep their square K[block, block] in a local matrix
+#: (:func:`_block_epochs`; 2 MiB in float64).
+_LOCAL_MAX = 512
+
+#: The work arrays of one block of :func:`_block_epochs`: run starts, the block's samples ``idx``
+#: (laid out run after run), their visiting order ``local``, kvB = kv on the block's columns, each
+#: sample's net change ``dB``, and the local matrix ``KB`` (0 x 0 unless used) with ``have``, which
+#: of its rows are gathered.
+BlockWork = namedtuple("BlockWork", ["starts", "idx", "local", "kvB", "dB", "KB", "have"])
+
+
+@njit(cache=True, inline="always")
+def _gather_runs(row, starts, nruns, run, m, out):
+    """out[:] = the block's columns of ``row``: the runs ``starts[:nruns]`` laid end to end."""
+    pos = 0
+    for r in range(nruns):
+        lo = starts[r]
+        hi = min(lo + run, m)
+        for j in range(hi - lo):
+            out[pos + j] = row[lo + j]
+        pos += hi - lo
+
+
 @njit(cache=True)
-def _block_epochs(kp, qp, opts, a, rng, starts, nruns, run, idx, local, kvB, dB, ps, pc, group, stats):
-    """Up to :data:`_BLOCK_INNER` epochs over one block (the runs ``starts[:nruns]``, samples
-    ``idx``), in a random order each, stopping once the block's projected-gradient spread is at
-    most tol. u_i comes from kvB, the block's entries of kv, which the changes update on the
-    block's columns only; ``dB`` collects each sample's net change, added to the whole of kv at
-    the block's end. Adds the first epoch's extremes to ``stats``."""
-    cache = kp.cache
-    m = qp.y.shape[0]
-    inner_stats = np.empty(2)
+def _local_flush(KB, pl, pc, n, kvB):
+    """kvB += sum_q pc[q] KB[pl[q], :nB] (nB = len(kvB); eight local rows a pass when n = 8)."""
+    nB = kvB.shape[0]
+    if n == 8:
+        _flush8(KB[pl[0], :nB], KB[pl[1], :nB], KB[pl[2], :nB], KB[pl[3], :nB], KB[pl[4], :nB], KB[pl[5], :nB],
+                KB[pl[6], :nB], KB[pl[7], :nB], pc, kvB)
+    else:
+        for q in range(n):
+            row = KB[pl[q]]
+            c = pc[q]
+            for j in range(nB):
+                kvB[j] += c * row[j]
+
+
+@njit(cache=True, inline="always")
+def _block_pending(slots, bw, t, i, ki, ps, pc, npend, use_local):
+    """kv_i on the block's columns with the pending changes: from the local matrix (``ps``
+    hold local rows) or from the cached rows (``ps`` hold slots)."""
+    for q in range(npend):
+        ki += pc[q] * (bw.KB[ps[q], t] if use_local else slots[ps[q], i])
+    return ki
+
+
+@njit(cache=True, inline="always")
+def _block_pend(cache, bw, t, i, c, ps, pc, npend, nruns, run, use_local):
+    """Sample t (row i) joins the pending changes; with the local matrix its row is gathered
+    there on its first change in the block."""
+    if not use_local:
+        return _pend(cache, i, c, ps, pc, npend)
+    if not bw.have[t]:
+        _gather_runs(cache_row(cache, i), bw.starts, nruns, run, cache.slot_of.shape[0], bw.KB[t])
+        bw.have[t] = True
+    ps[npend] = t
+    pc[npend] = c
+    return npend + 1
+
+
+@njit(cache=True)
+def _block_flush(slots, bw, ps, pc, n, nB, nruns, run, use_local):
+    """kvB += the n pending rows on the block's columns."""
+    if use_local:
+        _local_flush(bw.KB, ps, pc, n, bw.kvB[:nB])
+    else:
+        _flush_runs(slots, ps, pc, n, bw.kvB, bw.starts, nruns, run, slots.shape[1])
+
+
+@njit(cache=True)
+def _start_block(kv, bw, nruns, run, m):
+    """Fill the block's samples, kvB and visiting order; returns the block's size."""
     nB = 0
     for r in range(nruns):
-        for i in range(starts[r], min(starts[r] + run, m)):
-            idx[nB] = i
-            kvB[nB] = kp.kv[i]
-            dB[nB] = 0.0
-            local[nB] = nB
+        for i in range(bw.starts[r], min(bw.starts[r] + run, m)):
+            bw.idx[nB] = i
+            bw.kvB[nB] = kv[i]
+            bw.dB[nB] = 0.0
+            bw.local[nB] = nB
+            bw.have[nB] = False
             nB += 1
+    return nB
+
+
+@njit(cache=True)
+def _block_epochs(kp, qp, opts, a, rng, bw, nruns, run, ps, pc, group, stats):
+    """Up to :data:`_BLOCK_INNER` epochs over one block (the runs ``bw.starts[:nruns]``), in a
+    random order each, stopping once the block's projected-gradient spread is at most tol.
+    u_i comes from kvB, the block's entries of kv, which the changes update on the block's
+    columns only: through the local matrix K[block, block] when ``bw.KB`` has room for it
+    (small blocks: the inner epochs then read and write only cache-resident arrays), else
+    through the runs of the cached rows. ``dB`` collects each sample's net change, added to
+    the whole of kv at the block's end. Adds the first epoch's extremes to ``stats``."""
+    cache = kp.cache
+    m = qp.y.shape[0]
+    use_local = bw.KB.shape[0] > 0
+    nB = _start_block(kp.kv, bw, nruns, run, m)
+    inner_stats = np.empty(2)
     npend = 0
     for inner in range(_BLOCK_INNER):
-        rng_shuffle(local, nB, rng)
+        rng_shuffle(bw.local, nB, rng)
         inner_stats[0] = -np.inf
         inner_stats[1] = np.inf
         for s in range(nB):
-            t = local[s]
-            i = idx[t]
-            c, _ = _step_at(i, kvB[t], kp, qp, a, ps, pc, npend, False, np.inf, -np.inf, inner_stats)
+            t = bw.local[s]
+            i = bw.idx[t]
+            ki = _block_pending(cache.slots, bw, t, i, bw.kvB[t], ps, pc, npend, use_local)
+            c, _ = _step_at(i, ki, kp, qp, a, ps, pc, 0, False, np.inf, -np.inf, inner_stats)
             if c != 0.0:
-                dB[t] += c
-                npend = _pend(cache, i, c, ps, pc, npend)
+                bw.dB[t] += c
+                npend = _block_pend(cache, bw, t, i, c, ps, pc, npend, nruns, run, use_local)
                 if npend >= group:
-                    _flush_runs(cache.slots, ps, pc, npend, kvB, starts, nruns, run, m)
+                    _block_flush(cache.slots, bw, ps, pc, npend, nB, nruns, run, use_local)
                     npend = 0
         if npend > 0:
-            _flush_runs(cache.slots, ps, pc, npend, kvB, starts, nruns, run, m)
+            _block_flush(cache.slots, bw, ps, pc, npend, nB, nruns, run, use_local)
             npend = 0
         if inner == 0:
             stats[0] = max(stats[0], inner_stats[0])
             stats[1] = min(stats[1], inner_stats[1])
         if inner_stats[0] - inner_stats[1] <= opts.tol:
             break
-    _apply_block(cache, idx, dB, nB, ps, pc, kp.kv)
+    _apply_block(cache, bw.idx, bw.dB, nB, ps, pc, kp.kv)
 
 
 @njit(cache=True)
 def _kernel_block_epochs(kp, qp, opts, a, rng, block):
-    """The kernel path when the cache holds fewer rows than there are samples.
+    """The kernel path as block sweeps: when the cache holds fewer rows than there are samples,
+    or on request with every row at hand.
 
-    Random-order epochs then miss the cache on nearly every row (a least-recently-used cache
-    over a cyclic pass keeps the rows that come last). Here each sweep cuts the samples into
-    blocks of at most ``block`` rows, fewer than the cache holds, each a random set of runs of
-    :data:`_RUN` consecutive indices: a block's rows are fetched once and up to
-    :data:`_BLOCK_INNER` epochs run over the block while they stay cached
+    With a partial cache, random-order epochs miss the cache on nearly every row (a
+    least-recently-used cache over a cyclic pass keeps the rows that come last). Here each
+    sweep cuts the samples into blocks of at most ``block`` rows, fewer than the cache holds,
+    each a random set of runs of :data:`_RUN` consecutive indices: a block's rows are fetched
+    once and up to :data:`_BLOCK_INNER` epochs run over the block while they stay cached
     (:func:`_block_epochs`). Within a block a change updates kv on the block's columns only
     (block / m of a row, in contiguous runs), and each changed row is added to the whole of kv
     once, at the block's end. The same exact coordinate steps, so the same problem and
-    optimum; about a third of the kernel rows of the plain epochs on ODM's problems. The
-    stopping rule is LIBLINEAR's on the first epoch of every block (each variable's projected
-    gradient where the sweep meets it). No shrinking. Returns (sweeps, converged)."""
+    optimum; about a third of the kernel rows of the plain epochs on ODM's problems.
+
+    With every row at hand, a plain epoch reads the whole matrix from memory; a sweep of small
+    blocks (at most :data:`_LOCAL_MAX` rows, their square K[block, block] gathered into a
+    local matrix) reads it once too, and on ODM's dense duals takes a third of the epochs'
+    number. The stopping rule is LIBLINEAR's on the first epoch of every block (each
+    variable's projected gradient where the sweep meets it). No shrinking. Returns (sweeps,
+    converged)."""
     m = qp.y.shape[0]
     run = max(1, min(_RUN, block // 8))
     n_runs = (m + run - 1) // run
@@ -529,11 +620,10 @@ def _kernel_block_epochs(kp, qp, opts, a, rng, block):
     size = per_block * run
     group, ps, pc = _pending_rows(opts.group, kp.cache.slots.shape[0], size + 1)
     group = max(group, 1)
-    starts = np.empty(per_block, dtype=np.int64)
-    idx = np.empty(size, dtype=np.int64)
-    local = np.empty(size, dtype=np.int64)
-    kvB = np.empty(size)
-    dB = np.empty(size)
+    nl = size if size <= _LOCAL_MAX else 0
+    bw = BlockWork(np.empty(per_block, dtype=np.int64), np.empty(size, dtype=np.int64),
+                   np.empty(size, dtype=np.int64), np.empty(size), np.empty(size),
+                   np.empty((nl, nl), dtype=kp.cache.slots.dtype), np.zeros(size, dtype=np.bool_))
     it = 0
     converged = False
     while it < opts.max_iter and not converged:
@@ -543,8 +633,8 @@ def _kernel_block_epochs(kp, qp, opts, a, rng, block):
         for r0 in range(0, n_runs, per_block):
             nruns = min(per_block, n_runs - r0)
             for r in range(nruns):
-                starts[r] = run_order[r0 + r] * run
-            _block_epochs(kp, qp, opts, a, rng, starts, nruns, run, idx, local, kvB, dB, ps, pc, group, stats)
+                bw.starts[r] = run_order[r0 + r] * run
+            _block_epochs(kp, qp, opts, a, rng, bw, nruns, run, ps, pc, group, stats)
         it += 1
         converged = stats[0] - stats[1] <= opts.tol
     return it, converged
@@ -853,7 +943,7 @@ def _cache_block(n_slots: int, m: int):
 
 def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=None, bias=1.0, u0=None,
                a0=None, q0=None, tol=1e-3, max_iter=1000, shrinking=True, random_state=None,
-               warn_label="DCD", selection="random") -> DCDResult:
+               warn_label="DCD", selection="random", block_sweeps=None) -> DCDResult:
     """DCD with the kernel data path (see the module docstring).
 
     Q_ij = y_i y_j (K_ij + bias^2) with K read from exactly one of ``cache`` (a
@@ -918,6 +1008,8 @@ def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=N
     path, qp = KernelPath(cache.state, kv, sb, o, bias2), BoxQP(y, qd, D, p, U)
     opts = DCDOptions(float(tol), int(max_iter), bool(shrinking), _GROUP)
     block = _cache_block(cache.state.slots.shape[0], m)
+    if block is None and block_sweeps and selection == "random" and m > 2 * block_sweeps:
+        block = min(int(block_sweeps), _LOCAL_MAX)
     if selection == "pairs":  # also with a partial cache: a pair step needs only its two rows
         it, conv = _kernel_pairs(path, qp, opts, a)
     elif selection == "greedy" and block is None:

@@ -189,6 +189,11 @@ def odm_dcd_linear(X, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0,
 _KERNEL_NEWTON_AFTER = 20
 _KERNEL_NEWTON_SOON = 2
 _KERNEL_NEWTON_MAX = 1000
+#: With every kernel row at hand the DCD runs block sweeps of this many rows
+#: (:func:`~margindist.solvers.dcd.dcd_kernel`'s ``block_sweeps``): ODM's duals are dense, and
+#: a sweep that reads the matrix once takes the place of about three plain epochs (5000 rows
+#: of magic: 14-16 sweeps against 43-44 epochs, 0.33-0.43 -> 0.23-0.27 s a fit).
+_KERNEL_BLOCK = 320
 
 
 def odm_dcd_kernel(cache: KernelRowCache | None, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, gram=None,
@@ -215,7 +220,8 @@ def odm_dcd_kernel(cache: KernelRowCache | None, y, sample_weight, lam=1.0, mu=0
     K = gram if gram is not None else cache.matrix()
     after = _KERNEL_NEWTON_SOON if newton == "soon" else _KERNEL_NEWTON_AFTER
     handover = bool(newton) and K is not None and m <= _KERNEL_NEWTON_MAX and max_iter > after
-    kw = dict(n_var=n_var, cache=cache, gram=gram, bias=bias, tol=tol, shrinking=shrinking, random_state=random_state)
+    kw = dict(n_var=n_var, cache=cache, gram=gram, bias=bias, tol=tol, shrinking=shrinking, random_state=random_state,
+              block_sweeps=_KERNEL_BLOCK)
     res = dcd_kernel(y, D, p, U, a0=a0, max_iter=after if handover else max_iter,
                      warn_label=None if handover else "ODM", **kw)
     n_iter = res.n_iter
