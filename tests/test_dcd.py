@@ -152,10 +152,8 @@ def test_block_sweeps_with_every_row_at_hand(rng, block, two_sided, finite_box):
     """``block_sweeps`` with the whole matrix (a dense K, a filled float32 cache): small blocks
     work in a local copy of K[block, block] (blocks of at most _LOCAL_MAX rows: 520 is cut
     to 512). After every sweep u = Q gamma + o exactly, and the run ends at the plain epochs'
-    optimum and scipy's; fewer rows than 2 * block_sweeps (or another selection) keep the plain
-    epochs, step for step."""
-    from margindist.solvers import dcd
-
+    optimum and scipy's; fewer rows than 2 * block_sweeps keep the plain epochs, step for
+    step."""
     m = 1100 if block > 100 else 300
     X, y, n_var, D, p, U = _problem(rng, m=m, two_sided=two_sided, finite_box=finite_box)
     spec = resolve_kernel("rbf", X, gamma=0.2)
