@@ -149,9 +149,9 @@ def test_block_sweeps_keep_kv_exact_after_each_sweep(rng, m, slots, sort):
 
 @pytest.mark.parametrize("block,two_sided,finite_box", [(40, True, False), (64, False, True), (520, True, False)])
 def test_block_sweeps_with_every_row_at_hand(rng, block, two_sided, finite_box):
-    """``block_sweeps`` with the whole matrix (a dense K, a filled float32 cache): small blocks
-    work in a local copy of K[block, block] (blocks of at most _LOCAL_MAX rows: 520 is cut
-    to 512). After every sweep u = Q gamma + o exactly, and the run ends at the plain epochs'
+    """``block_sweeps`` with the whole matrix (a dense K, a filled float32 cache): blocks of at
+    most _LOCAL_MAX rows (520 is cut to 512) pulled from their rows, the inner epochs in a
+    local copy of K[block, block]. After every sweep u = Q gamma + o exactly, and the run ends at the plain epochs'
     optimum and scipy's; fewer rows than 2 * block_sweeps keep the plain epochs, step for
     step."""
     m = 1100 if block > 100 else 300
@@ -180,11 +180,12 @@ def test_block_sweeps_with_every_row_at_hand(rng, block, two_sided, finite_box):
     assert same.n_iter == plain.n_iter and np.array_equal(same.a, plain.a)
 
 
-@pytest.mark.parametrize("local", [True, False])
-def test_a_blocks_epochs_keep_its_columns_of_kv_exact(rng, local):
-    """Inside a block the changes reach kv only on the block's columns (kvB), through the local
-    matrix or through the runs of the cached rows; after the block's epochs kvB equals the
-    block's entries of the whole kv, which the block's end updates from the full rows."""
+@pytest.mark.parametrize("pulled", [True, False])
+def test_a_blocks_epochs_keep_its_kernel_products_exact(rng, pulled):
+    """Inside a block the changes reach the kernel products only on the block's columns (kvB),
+    through the local matrix of a pulled block or through the runs of the cached rows. After
+    the block's epochs kvB equals K[block, :] Y gamma; the runs update the whole of kv at the
+    block's end, a pulled block keeps Y gamma (its start took kvB from the rows and Y gamma)."""
     from margindist.solvers import dcd
     from margindist.solvers._rows import seed_from
 
@@ -193,22 +194,27 @@ def test_a_blocks_epochs_keep_its_columns_of_kv_exact(rng, local):
     K = resolve_kernel("rbf", X, gamma=0.2)(X)
     cache = KernelRowCache.from_gram(K)
     a = rng.uniform(0.0, 0.3, size=n_var)
-    gamma = a[:m] - a[m:]
-    kv = K @ (y * gamma)
-    kp = dcd.KernelPath(cache.state, kv, np.array([y @ gamma]), np.zeros(m), 1.0)
+    yg = y * (a[:m] - a[m:])
+    kv = K @ yg if not pulled else np.full(m, np.nan)  # a pulled block does not read kv
+    kp = dcd.KernelPath(cache.state, kv, np.array([yg.sum()]), np.zeros(m), 1.0)
     qp = dcd.BoxQP(y, np.diag(K) + 1.0, D, p, U)
     size = run * per_block
-    nl = size if local else 0
-    bw = dcd.BlockWork(np.array([160, 16, 96, 48]), np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64),
-                       np.empty(size), np.empty(size), np.empty((nl, nl)), np.zeros(size, dtype=np.bool_))
+    nl = size if pulled else 0
+    starts = np.array([160, 16, 96, 48])
+    bw = dcd.BlockWork(starts, np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64), np.empty(size),
+                       np.empty(size), np.empty((nl, nl)), yg.copy() if pulled else np.zeros(0))
     ps, pc, stats = np.zeros(8, dtype=np.int64), np.zeros(8), np.array([-np.inf, np.inf])
     dcd._block_epochs(kp, qp, dcd.DCDOptions(1e-12, 10, False, 8), a, seed_from(0), bw, per_block, run, ps, pc, 8,
                       stats)
     assert np.count_nonzero(bw.dB) > 20  # the block's variables moved, in groups of eight pending rows
-    gamma = a[:m] - a[m:]
-    np.testing.assert_allclose(kv, K @ (y * gamma), atol=1e-12)
-    np.testing.assert_allclose(bw.kvB, kv[bw.idx], atol=1e-12)
-    assert set(bw.idx) == {i for s in (160, 16, 96, 48) for i in range(s, s + run)}
+    assert set(bw.idx) == {i for s in starts for i in range(s, s + run)}
+    yg_new = y * (a[:m] - a[m:])
+    np.testing.assert_allclose(bw.kvB, K[bw.idx] @ yg_new, atol=1e-12)
+    if pulled:
+        np.testing.assert_allclose(bw.yg, yg_new, atol=1e-15)
+        np.testing.assert_array_equal(bw.KB, K[np.ix_(bw.idx, bw.idx)])
+    else:
+        np.testing.assert_allclose(kv, K @ yg_new, atol=1e-12)
 
 
 @pytest.mark.parametrize("two_sided,finite_box", [(True, False), (False, True)])

@@ -31,9 +31,10 @@ Two data paths, both maintaining the gradient information incrementally:
   fewer rows than there are samples, epochs become block sweeps (:func:`_kernel_block_epochs`:
   a few epochs on each block of cached rows, whose changes reach kv outside the block once, at
   its end), which compute about a third of the kernel rows. With every row at hand a caller
-  may ask for block sweeps of small blocks (``block_sweeps``, ODM): their inner epochs work in
-  a local copy of K[block, block], and a sweep reads the matrix once, as an epoch does, but
-  takes the place of about three epochs on a dense dual.
+  may ask for block sweeps of small blocks (``block_sweeps``, ODM), which are pulled: a
+  block's products with Y gamma and its square K[block, block] come from one pass over its
+  rows, and its inner epochs work in that local matrix. A sweep reads the matrix once, as an
+  epoch does, but takes the place of about three epochs on a dense dual.
 
 The coordinate step is the exact minimiser over one variable, projected on its box:
 ``a_k <- clip(a_k - g_k / (Q_ii + D_k), 0, U_k)`` with g_k = s_k u_i + D_k a_k + p_k. Each
@@ -464,27 +465,78 @@ def _apply_block(cache, idx, dB, nB, ps, pc, kv):
         _flush(cache.slots, ps, pc, n, kv)
 
 
-#: Blocks of at most this many rows keep their square K[block, block] in a local matrix
-#: (:func:`_block_epochs`; 2 MiB in float64).
+#: With every row cached, blocks of at most this many rows are pulled (:func:`_pull_block`):
+#: their square K[block, block] is kept in a local matrix (2 MiB in float64).
 _LOCAL_MAX = 512
 
 #: The work arrays of one block of :func:`_block_epochs`: run starts, the block's samples ``idx``
 #: (laid out run after run), their visiting order ``local``, kvB = kv on the block's columns, each
-#: sample's net change ``dB``, and the local matrix ``KB`` (0 x 0 unless used) with ``have``, which
-#: of its rows are gathered.
-BlockWork = namedtuple("BlockWork", ["starts", "idx", "local", "kvB", "dB", "KB", "have"])
+#: sample's net change ``dB``; for pulled blocks the local matrix ``KB`` and yg = Y gamma (m,)
+#: (0 x 0 and empty otherwise).
+BlockWork = namedtuple("BlockWork", ["starts", "idx", "local", "kvB", "dB", "KB", "yg"])
 
 
-@njit(cache=True, inline="always")
-def _gather_runs(row, starts, nruns, run, m, out):
-    """out[:] = the block's columns of ``row``: the runs ``starts[:nruns]`` laid end to end."""
-    pos = 0
-    for r in range(nruns):
-        lo = starts[r]
-        hi = min(lo + run, m)
-        for j in range(hi - lo):
-            out[pos + j] = row[lo + j]
-        pos += hi - lo
+@njit(cache=True, fastmath={"reassoc", "contract"}, inline="always")
+def _dot8(r0, r1, r2, r3, r4, r5, r6, r7, v):
+    """The products of eight rows with v in one pass (v is read once for the eight)."""
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+    for j in range(v.shape[0]):
+        x = v[j]
+        a0 += r0[j] * x
+        a1 += r1[j] * x
+        a2 += r2[j] * x
+        a3 += r3[j] * x
+        a4 += r4[j] * x
+        a5 += r5[j] * x
+        a6 += r6[j] * x
+        a7 += r7[j] * x
+    return a0, a1, a2, a3, a4, a5, a6, a7
+
+
+@njit(cache=True, fastmath={"reassoc", "contract"})
+def _rows_products(slots, slot_of, rows, n, v, out):
+    """out[t] = <K[rows[t]], v> for t < n (every row cached), eight rows a pass."""
+    t = 0
+    while t + 8 <= n:
+        r = rows[t:]
+        out[t], out[t + 1], out[t + 2], out[t + 3], out[t + 4], out[t + 5], out[t + 6], out[t + 7] = _dot8(
+            slots[slot_of[r[0]]], slots[slot_of[r[1]]], slots[slot_of[r[2]]], slots[slot_of[r[3]]],
+            slots[slot_of[r[4]]], slots[slot_of[r[5]]], slots[slot_of[r[6]]], slots[slot_of[r[7]]], v)
+        t += 8
+    for t in range(t, n):
+        row = slots[slot_of[rows[t]]]
+        acc = 0.0
+        for j in range(v.shape[0]):
+            acc += row[j] * v[j]
+        out[t] = acc
+
+
+@njit(cache=True)
+def _pull_block(slots, slot_of, bw, nB, nruns, run):
+    """kvB = K[block, :] yg (the block's kernel products, exact) and KB = K[block, block]
+    (every row cached), eight rows at a time: their products, then their block's columns
+    while the rows are still in the processor's cache."""
+    m = bw.yg.shape[0]
+    for t0 in range(0, nB, 8):
+        t1 = min(t0 + 8, nB)
+        _rows_products(slots, slot_of, bw.idx[t0:t1], t1 - t0, bw.yg, bw.kvB[t0:t1])
+        for t in range(t0, t1):
+            row = slots[slot_of[bw.idx[t]]]
+            out = bw.KB[t]
+            pos = 0
+            for r in range(nruns):
+                lo = bw.starts[r]
+                hi = min(lo + run, m)
+                for j in range(hi - lo):
+                    out[pos + j] = row[lo + j]
+                pos += hi - lo
+
+
+@njit(cache=True)
+def _all_products(slots, slot_of, yg, kv):
+    """kv = K yg over every (cached) row."""
+    m = kv.shape[0]
+    _rows_products(slots, slot_of, np.arange(m), m, yg, kv)
 
 
 @njit(cache=True)
@@ -503,32 +555,29 @@ def _local_flush(KB, pl, pc, n, kvB):
 
 
 @njit(cache=True, inline="always")
-def _block_pending(slots, bw, t, i, ki, ps, pc, npend, use_local):
+def _block_pending(slots, bw, t, i, ki, ps, pc, npend, pulled):
     """kv_i on the block's columns with the pending changes: from the local matrix (``ps``
     hold local rows) or from the cached rows (``ps`` hold slots)."""
     for q in range(npend):
-        ki += pc[q] * (bw.KB[ps[q], t] if use_local else slots[ps[q], i])
+        ki += pc[q] * (bw.KB[ps[q], t] if pulled else slots[ps[q], i])
     return ki
 
 
 @njit(cache=True, inline="always")
-def _block_pend(cache, bw, t, i, c, ps, pc, npend, nruns, run, use_local):
-    """Sample t (row i) joins the pending changes; with the local matrix its row is gathered
-    there on its first change in the block."""
-    if not use_local:
+def _block_pend(cache, bw, t, i, c, ps, pc, npend, pulled):
+    """Sample t (row i) joins the pending changes (a pulled block: its local row; yg follows)."""
+    if not pulled:
         return _pend(cache, i, c, ps, pc, npend)
-    if not bw.have[t]:
-        _gather_runs(cache_row(cache, i), bw.starts, nruns, run, cache.slot_of.shape[0], bw.KB[t])
-        bw.have[t] = True
+    bw.yg[i] += c
     ps[npend] = t
     pc[npend] = c
     return npend + 1
 
 
 @njit(cache=True)
-def _block_flush(slots, bw, ps, pc, n, nB, nruns, run, use_local):
+def _block_flush(slots, bw, ps, pc, n, nB, nruns, run, pulled):
     """kvB += the n pending rows on the block's columns."""
-    if use_local:
+    if pulled:
         _local_flush(bw.KB, ps, pc, n, bw.kvB[:nB])
     else:
         _flush_runs(slots, ps, pc, n, bw.kvB, bw.starts, nruns, run, slots.shape[1])
@@ -536,7 +585,7 @@ def _block_flush(slots, bw, ps, pc, n, nB, nruns, run, use_local):
 
 @njit(cache=True)
 def _start_block(kv, bw, nruns, run, m):
-    """Fill the block's samples, kvB and visiting order; returns the block's size."""
+    """Fill the block's samples, kvB (from kv) and visiting order; returns the block's size."""
     nB = 0
     for r in range(nruns):
         for i in range(bw.starts[r], min(bw.starts[r] + run, m)):
@@ -544,7 +593,6 @@ def _start_block(kv, bw, nruns, run, m):
             bw.kvB[nB] = kv[i]
             bw.dB[nB] = 0.0
             bw.local[nB] = nB
-            bw.have[nB] = False
             nB += 1
     return nB
 
@@ -554,14 +602,23 @@ def _block_epochs(kp, qp, opts, a, rng, bw, nruns, run, ps, pc, group, stats):
     """Up to :data:`_BLOCK_INNER` epochs over one block (the runs ``bw.starts[:nruns]``), in a
     random order each, stopping once the block's projected-gradient spread is at most tol.
     u_i comes from kvB, the block's entries of kv, which the changes update on the block's
-    columns only: through the local matrix K[block, block] when ``bw.KB`` has room for it
-    (small blocks: the inner epochs then read and write only cache-resident arrays), else
-    through the runs of the cached rows. ``dB`` collects each sample's net change, added to
-    the whole of kv at the block's end. Adds the first epoch's extremes to ``stats``."""
+    columns only.
+
+    * A partial cache (``bw.KB`` 0 x 0): kvB starts from kv and follows the changes through
+      the runs of the cached rows; ``dB`` collects each sample's net change, added to the
+      whole of kv at the block's end (:func:`_apply_block`).
+    * A pulled block (every row cached): kvB = K[block, :] yg and the local matrix
+      K[block, block] come from one pass over the block's rows (:func:`_pull_block`), the
+      inner epochs then read and write only cache-resident arrays, and the changes go into yg
+      (the whole of kv is not kept: the next blocks pull their products).
+
+    Adds the first epoch's extremes to ``stats``."""
     cache = kp.cache
     m = qp.y.shape[0]
-    use_local = bw.KB.shape[0] > 0
+    pulled = bw.KB.shape[0] > 0
     nB = _start_block(kp.kv, bw, nruns, run, m)
+    if pulled:
+        _pull_block(cache.slots, cache.slot_of, bw, nB, nruns, run)
     inner_stats = np.empty(2)
     npend = 0
     for inner in range(_BLOCK_INNER):
@@ -571,23 +628,24 @@ def _block_epochs(kp, qp, opts, a, rng, bw, nruns, run, ps, pc, group, stats):
         for s in range(nB):
             t = bw.local[s]
             i = bw.idx[t]
-            ki = _block_pending(cache.slots, bw, t, i, bw.kvB[t], ps, pc, npend, use_local)
+            ki = _block_pending(cache.slots, bw, t, i, bw.kvB[t], ps, pc, npend, pulled)
             c, _ = _step_at(i, ki, kp, qp, a, ps, pc, 0, False, np.inf, -np.inf, inner_stats)
             if c != 0.0:
                 bw.dB[t] += c
-                npend = _block_pend(cache, bw, t, i, c, ps, pc, npend, nruns, run, use_local)
+                npend = _block_pend(cache, bw, t, i, c, ps, pc, npend, pulled)
                 if npend >= group:
-                    _block_flush(cache.slots, bw, ps, pc, npend, nB, nruns, run, use_local)
+                    _block_flush(cache.slots, bw, ps, pc, npend, nB, nruns, run, pulled)
                     npend = 0
         if npend > 0:
-            _block_flush(cache.slots, bw, ps, pc, npend, nB, nruns, run, use_local)
+            _block_flush(cache.slots, bw, ps, pc, npend, nB, nruns, run, pulled)
             npend = 0
         if inner == 0:
             stats[0] = max(stats[0], inner_stats[0])
             stats[1] = min(stats[1], inner_stats[1])
         if inner_stats[0] - inner_stats[1] <= opts.tol:
             break
-    _apply_block(cache, bw.idx, bw.dB, nB, ps, pc, kp.kv)
+    if not pulled:
+        _apply_block(cache, bw.idx, bw.dB, nB, ps, pc, kp.kv)
 
 
 @njit(cache=True)
@@ -605,10 +663,12 @@ def _kernel_block_epochs(kp, qp, opts, a, rng, block):
     once, at the block's end. The same exact coordinate steps, so the same problem and
     optimum; about a third of the kernel rows of the plain epochs on ODM's problems.
 
-    With every row at hand, a plain epoch reads the whole matrix from memory; a sweep of small
-    blocks (at most :data:`_LOCAL_MAX` rows, their square K[block, block] gathered into a
-    local matrix) reads it once too, and on ODM's dense duals takes a third of the epochs'
-    number. The stopping rule is LIBLINEAR's on the first epoch of every block (each
+    With every row at hand, a plain epoch streams every moving row from memory. Blocks of at
+    most :data:`_LOCAL_MAX` rows are then pulled instead: at a block's start one pass over
+    its rows gives its products with Y gamma and its square K[block, block], and the inner
+    epochs work in that local matrix. A sweep reads the matrix once, in whole rows, and on
+    ODM's dense duals the sweeps number about a third of the epochs. kv is recomputed from Y
+    gamma at the end. The stopping rule is LIBLINEAR's on the first epoch of every block (each
     variable's projected gradient where the sweep meets it). No shrinking. Returns (sweeps,
     converged)."""
     m = qp.y.shape[0]
@@ -620,10 +680,13 @@ def _kernel_block_epochs(kp, qp, opts, a, rng, block):
     size = per_block * run
     group, ps, pc = _pending_rows(opts.group, kp.cache.slots.shape[0], size + 1)
     group = max(group, 1)
-    nl = size if size <= _LOCAL_MAX else 0
+    nl = size if size <= _LOCAL_MAX and kp.cache.slots.shape[0] >= m else 0
+    yg = np.zeros(m if nl > 0 else 0)
+    for i in range(yg.shape[0]):
+        yg[i] = qp.y[i] * (a[i] - a[i + m] if a.shape[0] > m else a[i])
     bw = BlockWork(np.empty(per_block, dtype=np.int64), np.empty(size, dtype=np.int64),
                    np.empty(size, dtype=np.int64), np.empty(size), np.empty(size),
-                   np.empty((nl, nl), dtype=kp.cache.slots.dtype), np.zeros(size, dtype=np.bool_))
+                   np.empty((nl, nl), dtype=kp.cache.slots.dtype), yg)
     it = 0
     converged = False
     while it < opts.max_iter and not converged:
@@ -637,6 +700,8 @@ def _kernel_block_epochs(kp, qp, opts, a, rng, block):
             _block_epochs(kp, qp, opts, a, rng, bw, nruns, run, ps, pc, group, stats)
         it += 1
         converged = stats[0] - stats[1] <= opts.tol
+    if nl > 0:
+        _all_products(kp.cache.slots, kp.cache.slot_of, yg, kp.kv)
     return it, converged
 
 
@@ -971,6 +1036,11 @@ def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=N
         steps of LIBSVM's working-set selection, which keep sum_i y_i a_i, and single steps
         (:func:`_kernel_pairs`; with a smaller cache too, rows computed on demand). With a
         smaller cache ``"greedy"`` is the block sweeps of the random selection.
+    block_sweeps : int, optional
+        With every row at hand and the random selection on more than ``2 * block_sweeps``
+        samples: sweeps of pulled blocks of this many rows (at most :data:`_LOCAL_MAX`)
+        instead of plain epochs (:func:`_kernel_block_epochs`; no shrinking). For duals where
+        most variables move (ODM's); None: plain epochs.
     Returns DCDResult with u = Q gamma + o.
     """
     y = np.ascontiguousarray(y, dtype=np.float64)
