@@ -148,12 +148,12 @@ def test_block_sweeps_keep_kv_exact_after_each_sweep(rng, m, slots, sort):
 
 
 @pytest.mark.parametrize("block,two_sided,finite_box", [(40, True, False), (64, False, True), (520, True, False)])
-def test_block_sweeps_with_every_row_at_hand(rng, block, two_sided, finite_box):
-    """``block_sweeps`` with the whole matrix (a dense K, a filled float32 cache): blocks of at
-    most _LOCAL_MAX rows (520 is cut to 512) pulled from their rows, the inner epochs in a
-    local copy of K[block, block]. After every sweep u = Q gamma + o exactly, and the run ends at the plain epochs'
-    optimum and scipy's; fewer rows than 2 * block_sweeps keep the plain epochs, step for
-    step."""
+def test_pulled_block_sweeps_reach_the_optimum(rng, block, two_sided, finite_box):
+    """``block_sweeps``: sweeps of pulled blocks (at most _LOCAL_MAX rows: 520 is cut to 512)
+    from a dense K, a filled float32 cache and a cache of 30 rows (the others computed as the
+    blocks need them, nothing evicted). After every sweep u = Q gamma + o exactly; the runs,
+    with and without shrinking, end at the plain epochs' optimum and scipy's; fewer rows than
+    2 * block_sweeps keep the plain epochs, step for step."""
     m = 1100 if block > 100 else 300
     X, y, n_var, D, p, U = _problem(rng, m=m, two_sided=two_sided, finite_box=finite_box)
     spec = resolve_kernel("rbf", X, gamma=0.2)
@@ -161,60 +161,84 @@ def test_block_sweeps_with_every_row_at_hand(rng, block, two_sided, finite_box):
     o = rng.normal(size=m)
     cache32 = KernelRowCache(spec, X, dtype=np.float32, max_bytes=4 * m * m)
     K32 = cache32.fill().astype(np.float64)
-    for source, Kc in (({"gram": K}, K), ({"cache": cache32}, K32)):
+    small = KernelRowCache(spec, X, max_bytes=30 * 8 * m)
+    for source, Kc in (({"gram": K}, K), ({"cache": cache32}, K32), ({"cache": small}, K)):
         for sweeps in (1, 2):
             res = dcd_kernel(y, D, p, U, n_var=n_var, u0=o, max_iter=sweeps, random_state=1, warn_label=None,
                              block_sweeps=block, **source)
             u = y * ((Kc + 1.0) @ (y * res.gamma(m))) + o
             np.testing.assert_allclose(res.u, u, rtol=0, atol=1e-10 * max(1.0, np.abs(u).max()))
-    kw = dict(n_var=n_var, gram=K, u0=o, tol=1e-9, max_iter=20000, random_state=0)
-    blocks = dcd_kernel(y, D, p, U, block_sweeps=block, **kw)
-    plain = dcd_kernel(y, D, p, U, **kw)
-    assert blocks.converged and blocks.n_iter != plain.n_iter
-    np.testing.assert_allclose(blocks.a, plain.a, atol=1e-7)
+    assert small.misses == 30  # the rows beyond the budget were computed, not cached
+    kw = dict(n_var=n_var, u0=o, tol=1e-9, max_iter=20000, random_state=0)
+    plain = dcd_kernel(y, D, p, U, gram=K, **kw)
+    for source in ({"gram": K}, {"cache": KernelRowCache(spec, X, max_bytes=30 * 8 * m)}):
+        for shrinking in (True, False):
+            res = dcd_kernel(y, D, p, U, block_sweeps=block, shrinking=shrinking, **source, **kw)
+            assert res.converged and res.n_iter != plain.n_iter
+            np.testing.assert_allclose(res.a, plain.a, atol=1e-7)
     if m <= 300:
         Q = (y[:, None] * (K + 1.0)) * y[None, :]
         ref, f = _reference(Q, D, p + (np.concatenate([o, -o]) if two_sided else o), U, m)
-        assert f(blocks.a) == pytest.approx(ref, rel=1e-6, abs=1e-8)
-    same = dcd_kernel(y, D, p, U, block_sweeps=m // 2, **kw)
+        assert f(res.a) == pytest.approx(ref, rel=1e-6, abs=1e-8)
+    same = dcd_kernel(y, D, p, U, block_sweeps=m // 2, gram=K, **kw)
     assert same.n_iter == plain.n_iter and np.array_equal(same.a, plain.a)
 
 
-@pytest.mark.parametrize("pulled", [True, False])
-def test_a_blocks_epochs_keep_its_kernel_products_exact(rng, pulled):
-    """Inside a block the changes reach the kernel products only on the block's columns (kvB),
-    through the local matrix of a pulled block or through the runs of the cached rows. After
-    the block's epochs kvB equals K[block, :] Y gamma; the runs update the whole of kv at the
-    block's end, a pulled block keeps Y gamma (its start took kvB from the rows and Y gamma)."""
+def test_a_pulled_block_works_on_exact_products(rng):
+    """A pulled block starts from its exact products K[block, :] Y gamma and its square of K;
+    inside the block the changes reach the products only through that local matrix. After the
+    block's epochs its products equal K[block, :] Y gamma at the new point, and Y gamma is
+    current. The shrinking flags mark only variables at a bound whose gradient points out."""
     from margindist.solvers import dcd
     from margindist.solvers._rows import seed_from
 
-    m, run, per_block = 200, 16, 4
+    m, nB = 200, 64
     X, y, n_var, D, p, U = _problem(rng, m=m)
     K = resolve_kernel("rbf", X, gamma=0.2)(X)
     cache = KernelRowCache.from_gram(K)
     a = rng.uniform(0.0, 0.3, size=n_var)
+    a[rng.random(n_var) < 0.3] = 0.0
     yg = y * (a[:m] - a[m:])
-    kv = K @ yg if not pulled else np.full(m, np.nan)  # a pulled block does not read kv
-    kp = dcd.KernelPath(cache.state, kv, np.array([yg.sum()]), np.zeros(m), 1.0)
+    kp = dcd.KernelPath(cache.state, np.full(m, np.nan), np.array([yg.sum()]), np.zeros(m), 1.0)
     qp = dcd.BoxQP(y, np.diag(K) + 1.0, D, p, U)
-    size = run * per_block
-    nl = size if pulled else 0
-    starts = np.array([160, 16, 96, 48])
-    bw = dcd.BlockWork(starts, np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64), np.empty(size),
-                       np.empty(size), np.empty((nl, nl)), yg.copy() if pulled else np.zeros(0))
-    ps, pc, stats = np.zeros(8, dtype=np.int64), np.zeros(8), np.array([-np.inf, np.inf])
-    dcd._block_epochs(kp, qp, dcd.DCDOptions(1e-12, 10, False, 8), a, seed_from(0), bw, per_block, run, ps, pc, 8,
-                      stats)
-    assert np.count_nonzero(bw.dB) > 20  # the block's variables moved, in groups of eight pending rows
-    assert set(bw.idx) == {i for s in starts for i in range(s, s + run)}
+    idx = rng.permutation(m)[:nB]
+    pw = dcd.PullWork(idx, np.arange(nB), np.empty(nB), np.empty((nB, nB)), np.zeros(nB, dtype=np.bool_), yg.copy(),
+                      np.empty((8, m)), np.zeros(8, dtype=np.int64), np.zeros(8))
+    dcd._pull(cache.state, idx, nB, pw.yg, pw.kvB, pw.KB, pw.scratch)
+    np.testing.assert_allclose(pw.kvB, K[idx] @ yg, atol=1e-12)
+    np.testing.assert_array_equal(pw.KB, K[np.ix_(idx, idx)])
+    stats = np.array([-np.inf, np.inf])
+    pg_old = np.array([1e-3, -1e-3])
+    dcd._pulled_epochs(kp, qp, dcd.DCDOptions(1e-12, 10, True, 8), a, seed_from(0), pw, nB, pg_old, stats)
     yg_new = y * (a[:m] - a[m:])
-    np.testing.assert_allclose(bw.kvB, K[bw.idx] @ yg_new, atol=1e-12)
-    if pulled:
-        np.testing.assert_allclose(bw.yg, yg_new, atol=1e-15)
-        np.testing.assert_array_equal(bw.KB, K[np.ix_(bw.idx, bw.idx)])
-    else:
-        np.testing.assert_allclose(kv, K @ yg_new, atol=1e-12)
+    assert np.abs(yg_new - yg).max() > 1e-3  # the block's variables moved
+    np.testing.assert_allclose(pw.kvB, K[idx] @ yg_new, atol=1e-12)
+    np.testing.assert_allclose(pw.yg, yg_new, atol=1e-15)
+    assert np.all(yg_new[np.setdiff1d(np.arange(m), idx)] == yg[np.setdiff1d(np.arange(m), idx)])
+    assert 0 < pw.shr.sum() < nB
+    assert np.all(a[idx[pw.shr]] == 0.0) and np.all(a[m + idx[pw.shr]] == 0.0)
+
+
+def test_shrink_block_keeps_the_unvisited_samples_active(rng):
+    """After a block at index[s0:s0 + nB], its kept samples come first (in order), the shrunk
+    ones leave the active range, and every sample not yet visited stays in it."""
+    from margindist.solvers import dcd
+
+    # the last: the block's last shrunk sample next to the one unvisited sample swapped in
+    for m, s0, nB, active in [(50, 10, 8, 50), (50, 10, 8, 18), (50, 0, 20, 30), (9, 3, 6, 9), (30, 0, 10, 15)]:
+        index = rng.permutation(m)
+        before = index.copy()
+        shr = rng.random(nB) < 0.5 if active != 15 else np.arange(nB) >= 5
+        flags = shr.copy()
+        kept, new_active = dcd._shrink_block(index, s0, nB, shr, active)
+        block = before[s0 : s0 + nB]
+        assert kept == (~flags).sum() and new_active == active - flags.sum()
+        np.testing.assert_array_equal(index[s0 : s0 + kept], block[~flags])
+        assert set(index[new_active:active]) == set(block[flags])
+        assert set(index[s0 + kept : new_active]) == set(before[s0 + nB : active])
+        np.testing.assert_array_equal(np.sort(index), np.arange(m))
+        np.testing.assert_array_equal(index[:s0], before[:s0])
+        np.testing.assert_array_equal(index[active:], before[active:])
 
 
 @pytest.mark.parametrize("two_sided,finite_box", [(True, False), (False, True)])

@@ -30,11 +30,12 @@ Two data paths, both maintaining the gradient information incrementally:
   variables that move, so the cost is memory-bound: float32 rows halve it. When the cache holds
   fewer rows than there are samples, epochs become block sweeps (:func:`_kernel_block_epochs`:
   a few epochs on each block of cached rows, whose changes reach kv outside the block once, at
-  its end), which compute about a third of the kernel rows. With every row at hand a caller
-  may ask for block sweeps of small blocks (``block_sweeps``, ODM), which are pulled: a
-  block's products with Y gamma and its square K[block, block] come from one pass over its
-  rows, and its inner epochs work in that local matrix. A sweep reads the matrix once, as an
-  epoch does, but takes the place of about three epochs on a dense dual.
+  its end), which compute about a third of the kernel rows. A caller may ask for sweeps of
+  pulled blocks instead (``block_sweeps``, ODM; :func:`_kernel_pull_sweeps`): a small block's
+  products with Y gamma and its square K[block, block] come from one pass over its rows
+  (cached, or computed), and its inner epochs work in that local matrix. A sweep reads each
+  row once, whole, as an epoch does, but takes the place of about three epochs on a dense
+  dual; variables are shrunk as in the epochs.
 
 The coordinate step is the exact minimiser over one variable, projected on its box:
 ``a_k <- clip(a_k - g_k / (Q_ii + D_k), 0, U_k)`` with g_k = s_k u_i + D_k a_k + p_k. Each
@@ -56,7 +57,7 @@ import numpy as np
 from numba import njit
 from sklearn.exceptions import ConvergenceWarning
 
-from ..kernels import KernelRowCache, cache_row
+from ..kernels import KernelRowCache, cache_row, compute_kernel_row
 from ._result import SolverResult
 from ._rows import make_rows, rng_shuffle, row_axpy, row_dot, row_sq_norms, rows_tdot, seed_from
 
@@ -465,18 +466,101 @@ def _apply_block(cache, idx, dB, nB, ps, pc, kv):
         _flush(cache.slots, ps, pc, n, kv)
 
 
-#: With every row cached, blocks of at most this many rows are pulled (:func:`_pull_block`):
-#: their square K[block, block] is kept in a local matrix (2 MiB in float64).
+@njit(cache=True)
+def _block_epochs(kp, qp, opts, a, rng, starts, nruns, run, idx, local, kvB, dB, ps, pc, group, stats):
+    """Up to :data:`_BLOCK_INNER` epochs over one block (the runs ``starts[:nruns]``, samples
+    ``idx``), in a random order each, stopping once the block's projected-gradient spread is at
+    most tol. u_i comes from kvB, the block's entries of kv, which the changes update on the
+    block's columns only; ``dB`` collects each sample's net change, added to the whole of kv at
+    the block's end. Adds the first epoch's extremes to ``stats``."""
+    cache = kp.cache
+    m = qp.y.shape[0]
+    inner_stats = np.empty(2)
+    nB = 0
+    for r in range(nruns):
+        for i in range(starts[r], min(starts[r] + run, m)):
+            idx[nB] = i
+            kvB[nB] = kp.kv[i]
+            dB[nB] = 0.0
+            local[nB] = nB
+            nB += 1
+    npend = 0
+    for inner in range(_BLOCK_INNER):
+        rng_shuffle(local, nB, rng)
+        inner_stats[0] = -np.inf
+        inner_stats[1] = np.inf
+        for s in range(nB):
+            t = local[s]
+            i = idx[t]
+            c, _ = _step_at(i, kvB[t], kp, qp, a, ps, pc, npend, False, np.inf, -np.inf, inner_stats)
+            if c != 0.0:
+                dB[t] += c
+                npend = _pend(cache, i, c, ps, pc, npend)
+                if npend >= group:
+                    _flush_runs(cache.slots, ps, pc, npend, kvB, starts, nruns, run, m)
+                    npend = 0
+        if npend > 0:
+            _flush_runs(cache.slots, ps, pc, npend, kvB, starts, nruns, run, m)
+            npend = 0
+        if inner == 0:
+            stats[0] = max(stats[0], inner_stats[0])
+            stats[1] = min(stats[1], inner_stats[1])
+        if inner_stats[0] - inner_stats[1] <= opts.tol:
+            break
+    _apply_block(cache, idx, dB, nB, ps, pc, kp.kv)
+
+
+@njit(cache=True)
+def _kernel_block_epochs(kp, qp, opts, a, rng, block):
+    """The kernel path when the cache holds fewer rows than there are samples.
+
+    Random-order epochs then miss the cache on nearly every row (a least-recently-used cache
+    over a cyclic pass keeps the rows that come last). Here each sweep cuts the samples into
+    blocks of at most ``block`` rows, fewer than the cache holds, each a random set of runs of
+    :data:`_RUN` consecutive indices: a block's rows are fetched once and up to
+    :data:`_BLOCK_INNER` epochs run over the block while they stay cached
+    (:func:`_block_epochs`). Within a block a change updates kv on the block's columns only
+    (block / m of a row, in contiguous runs), and each changed row is added to the whole of kv
+    once, at the block's end. The same exact coordinate steps, so the same problem and
+    optimum; about a third of the kernel rows of the plain epochs on ODM's problems. The
+    stopping rule is LIBLINEAR's on the first epoch of every block (each variable's projected
+    gradient where the sweep meets it). No shrinking. Returns (sweeps, converged)."""
+    m = qp.y.shape[0]
+    run = max(1, min(_RUN, block // 8))
+    n_runs = (m + run - 1) // run
+    run_order = np.arange(n_runs)
+    per_block = block // run
+    stats = np.empty(2)
+    size = per_block * run
+    group, ps, pc = _pending_rows(opts.group, kp.cache.slots.shape[0], size + 1)
+    group = max(group, 1)
+    starts = np.empty(per_block, dtype=np.int64)
+    idx = np.empty(size, dtype=np.int64)
+    local = np.empty(size, dtype=np.int64)
+    kvB = np.empty(size)
+    dB = np.empty(size)
+    it = 0
+    converged = False
+    while it < opts.max_iter and not converged:
+        rng_shuffle(run_order, n_runs, rng)
+        stats[0] = -np.inf
+        stats[1] = np.inf
+        for r0 in range(0, n_runs, per_block):
+            nruns = min(per_block, n_runs - r0)
+            for r in range(nruns):
+                starts[r] = run_order[r0 + r] * run
+            _block_epochs(kp, qp, opts, a, rng, starts, nruns, run, idx, local, kvB, dB, ps, pc, group, stats)
+        it += 1
+        converged = stats[0] - stats[1] <= opts.tol
+    return it, converged
+
+
+#: Pulled blocks (:func:`_kernel_pull_sweeps`) hold at most this many rows: their square
+#: K[block, block] is kept in a local matrix (1 MiB in float32).
 _LOCAL_MAX = 512
 
-#: The work arrays of one block of :func:`_block_epochs`: run starts, the block's samples ``idx``
-#: (laid out run after run), their visiting order ``local``, kvB = kv on the block's columns, each
-#: sample's net change ``dB``; for pulled blocks the local matrix ``KB`` and yg = Y gamma (m,)
-#: (0 x 0 and empty otherwise).
-BlockWork = namedtuple("BlockWork", ["starts", "idx", "local", "kvB", "dB", "KB", "yg"])
 
-
-@njit(cache=True, fastmath={"reassoc", "contract"}, inline="always")
+@njit(cache=True, fastmath={"reassoc", "contract"})  # not inlined: the caller's flags would apply
 def _dot8(r0, r1, r2, r3, r4, r5, r6, r7, v):
     """The products of eight rows with v in one pass (v is read once for the eight)."""
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
@@ -493,50 +577,58 @@ def _dot8(r0, r1, r2, r3, r4, r5, r6, r7, v):
     return a0, a1, a2, a3, a4, a5, a6, a7
 
 
-@njit(cache=True, fastmath={"reassoc", "contract"})
-def _rows_products(slots, slot_of, rows, n, v, out):
-    """out[t] = <K[rows[t]], v> for t < n (every row cached), eight rows a pass."""
-    t = 0
-    while t + 8 <= n:
-        r = rows[t:]
-        out[t], out[t + 1], out[t + 2], out[t + 3], out[t + 4], out[t + 5], out[t + 6], out[t + 7] = _dot8(
-            slots[slot_of[r[0]]], slots[slot_of[r[1]]], slots[slot_of[r[2]]], slots[slot_of[r[3]]],
-            slots[slot_of[r[4]]], slots[slot_of[r[5]]], slots[slot_of[r[6]]], slots[slot_of[r[7]]], v)
-        t += 8
-    for t in range(t, n):
-        row = slots[slot_of[rows[t]]]
-        acc = 0.0
-        for j in range(v.shape[0]):
-            acc += row[j] * v[j]
-        out[t] = acc
+@njit(cache=True, inline="always")
+def _held_row(cache, i, scratch, k):
+    """Kernel row i: its cache slot; else, while the cache has free slots, a new one; else
+    computed into ``scratch[k]`` (nothing is evicted: the rows a pulled sweep caches stay)."""
+    s = cache.slot_of[i]
+    if s >= 0:
+        return cache.slots[s]
+    if cache.counters[3] < cache.slots.shape[0]:
+        return cache_row(cache, i)
+    compute_kernel_row(cache, i, scratch[k])
+    return scratch[k]
+
+
+@njit(cache=True, inline="always")
+def _products8(cache, idx, t0, n, v, out, scratch):
+    """out[t0 + k] = <K[idx[t0 + k]], v> for k < n <= 8 in one pass over v; returns the eight
+    rows (the last one repeated when n < 8)."""
+    r0 = _held_row(cache, idx[t0], scratch, 0)
+    r1 = _held_row(cache, idx[t0 + 1], scratch, 1) if n > 1 else r0
+    r2 = _held_row(cache, idx[t0 + 2], scratch, 2) if n > 2 else r1
+    r3 = _held_row(cache, idx[t0 + 3], scratch, 3) if n > 3 else r2
+    r4 = _held_row(cache, idx[t0 + 4], scratch, 4) if n > 4 else r3
+    r5 = _held_row(cache, idx[t0 + 5], scratch, 5) if n > 5 else r4
+    r6 = _held_row(cache, idx[t0 + 6], scratch, 6) if n > 6 else r5
+    r7 = _held_row(cache, idx[t0 + 7], scratch, 7) if n > 7 else r6
+    p = _dot8(r0, r1, r2, r3, r4, r5, r6, r7, v)
+    for k in range(n):
+        out[t0 + k] = p[k]
+    return (r0, r1, r2, r3, r4, r5, r6, r7)
 
 
 @njit(cache=True)
-def _pull_block(slots, slot_of, bw, nB, nruns, run):
-    """kvB = K[block, :] yg (the block's kernel products, exact) and KB = K[block, block]
-    (every row cached), eight rows at a time: their products, then their block's columns
-    while the rows are still in the processor's cache."""
-    m = bw.yg.shape[0]
+def _pull(cache, idx, nB, yg, kvB, KB, scratch):
+    """kvB = K[idx, :] yg (exact) and KB = K[idx, idx], eight rows at a time: their products,
+    then their entries on the block while the rows are still in the processor's cache."""
     for t0 in range(0, nB, 8):
-        t1 = min(t0 + 8, nB)
-        _rows_products(slots, slot_of, bw.idx[t0:t1], t1 - t0, bw.yg, bw.kvB[t0:t1])
-        for t in range(t0, t1):
-            row = slots[slot_of[bw.idx[t]]]
-            out = bw.KB[t]
-            pos = 0
-            for r in range(nruns):
-                lo = bw.starts[r]
-                hi = min(lo + run, m)
-                for j in range(hi - lo):
-                    out[pos + j] = row[lo + j]
-                pos += hi - lo
+        n = min(8, nB - t0)
+        rows = _products8(cache, idx, t0, n, yg, kvB, scratch)
+        for k in range(n):
+            row = rows[k]
+            out = KB[t0 + k]
+            for u in range(nB):
+                out[u] = row[idx[u]]
 
 
 @njit(cache=True)
-def _all_products(slots, slot_of, yg, kv):
-    """kv = K yg over every (cached) row."""
+def _all_products(cache, yg, kv, scratch):
+    """kv = K yg over every row."""
     m = kv.shape[0]
-    _rows_products(slots, slot_of, np.arange(m), m, yg, kv)
+    idx = np.arange(m)
+    for t0 in range(0, m, 8):
+        _products8(cache, idx, t0, min(8, m - t0), yg, kv, scratch)
 
 
 @njit(cache=True)
@@ -554,154 +646,123 @@ def _local_flush(KB, pl, pc, n, kvB):
                 kvB[j] += c * row[j]
 
 
-@njit(cache=True, inline="always")
-def _block_pending(slots, bw, t, i, ki, ps, pc, npend, pulled):
-    """kv_i on the block's columns with the pending changes: from the local matrix (``ps``
-    hold local rows) or from the cached rows (``ps`` hold slots)."""
-    for q in range(npend):
-        ki += pc[q] * (bw.KB[ps[q], t] if pulled else slots[ps[q], i])
-    return ki
-
-
-@njit(cache=True, inline="always")
-def _block_pend(cache, bw, t, i, c, ps, pc, npend, pulled):
-    """Sample t (row i) joins the pending changes (a pulled block: its local row; yg follows)."""
-    if not pulled:
-        return _pend(cache, i, c, ps, pc, npend)
-    bw.yg[i] += c
-    ps[npend] = t
-    pc[npend] = c
-    return npend + 1
+#: The work arrays of :func:`_kernel_pull_sweeps`: the block's samples ``idx``, their visiting
+#: order ``local``, kvB = K[idx, :] Y gamma, the local matrix KB = K[idx, idx], which samples
+#: may be shrunk ``shr``, yg = Y gamma (m,), eight scratch rows for rows outside the cache, and
+#: the pending local rows (``pl``, ``pc``).
+PullWork = namedtuple("PullWork", ["idx", "local", "kvB", "KB", "shr", "yg", "scratch", "pl", "pc"])
 
 
 @njit(cache=True)
-def _block_flush(slots, bw, ps, pc, n, nB, nruns, run, pulled):
-    """kvB += the n pending rows on the block's columns."""
-    if pulled:
-        _local_flush(bw.KB, ps, pc, n, bw.kvB[:nB])
-    else:
-        _flush_runs(slots, ps, pc, n, bw.kvB, bw.starts, nruns, run, slots.shape[1])
-
-
-@njit(cache=True)
-def _start_block(kv, bw, nruns, run, m):
-    """Fill the block's samples, kvB (from kv) and visiting order; returns the block's size."""
-    nB = 0
-    for r in range(nruns):
-        for i in range(bw.starts[r], min(bw.starts[r] + run, m)):
-            bw.idx[nB] = i
-            bw.kvB[nB] = kv[i]
-            bw.dB[nB] = 0.0
-            bw.local[nB] = nB
-            nB += 1
-    return nB
-
-
-@njit(cache=True)
-def _block_epochs(kp, qp, opts, a, rng, bw, nruns, run, ps, pc, group, stats):
-    """Up to :data:`_BLOCK_INNER` epochs over one block (the runs ``bw.starts[:nruns]``), in a
-    random order each, stopping once the block's projected-gradient spread is at most tol.
-    u_i comes from kvB, the block's entries of kv, which the changes update on the block's
-    columns only.
-
-    * A partial cache (``bw.KB`` 0 x 0): kvB starts from kv and follows the changes through
-      the runs of the cached rows; ``dB`` collects each sample's net change, added to the
-      whole of kv at the block's end (:func:`_apply_block`).
-    * A pulled block (every row cached): kvB = K[block, :] yg and the local matrix
-      K[block, block] come from one pass over the block's rows (:func:`_pull_block`), the
-      inner epochs then read and write only cache-resident arrays, and the changes go into yg
-      (the whole of kv is not kept: the next blocks pull their products).
-
-    Adds the first epoch's extremes to ``stats``."""
-    cache = kp.cache
-    m = qp.y.shape[0]
-    pulled = bw.KB.shape[0] > 0
-    nB = _start_block(kp.kv, bw, nruns, run, m)
-    if pulled:
-        _pull_block(cache.slots, cache.slot_of, bw, nB, nruns, run)
+def _pulled_epochs(kp, qp, opts, a, rng, pw, nB, pg_old, stats):
+    """Up to :data:`_BLOCK_INNER` epochs over a pulled block in its local matrix, in a random
+    order each, stopping once the block's projected-gradient spread is at most tol; the first
+    one marks the samples to shrink as the plain epochs do (``pw.shr``; a sample that moves
+    later is not shrunk) and adds its extremes to ``stats``.
+    Changes go into yg and, eight at a time, into kvB."""
     inner_stats = np.empty(2)
     npend = 0
     for inner in range(_BLOCK_INNER):
-        rng_shuffle(bw.local, nB, rng)
+        rng_shuffle(pw.local, nB, rng)
         inner_stats[0] = -np.inf
         inner_stats[1] = np.inf
         for s in range(nB):
-            t = bw.local[s]
-            i = bw.idx[t]
-            ki = _block_pending(cache.slots, bw, t, i, bw.kvB[t], ps, pc, npend, pulled)
-            c, _ = _step_at(i, ki, kp, qp, a, ps, pc, 0, False, np.inf, -np.inf, inner_stats)
+            t = pw.local[s]
+            i = pw.idx[t]
+            ki = pw.kvB[t]
+            for q in range(npend):
+                ki += pw.pc[q] * pw.KB[pw.pl[q], t]
+            c, shrink = _step_at(i, ki, kp, qp, a, pw.pl, pw.pc, 0, opts.shrinking and inner == 0, pg_old[0],
+                                 pg_old[1], inner_stats)
+            if inner == 0:
+                pw.shr[t] = shrink
             if c != 0.0:
-                bw.dB[t] += c
-                npend = _block_pend(cache, bw, t, i, c, ps, pc, npend, pulled)
-                if npend >= group:
-                    _block_flush(cache.slots, bw, ps, pc, npend, nB, nruns, run, pulled)
+                pw.shr[t] = False  # moved in a later epoch: not at its bound, not shrunk
+                pw.yg[i] += c
+                pw.pl[npend] = t
+                pw.pc[npend] = c
+                npend += 1
+                if npend == pw.pl.shape[0]:
+                    _local_flush(pw.KB, pw.pl, pw.pc, npend, pw.kvB[:nB])
                     npend = 0
         if npend > 0:
-            _block_flush(cache.slots, bw, ps, pc, npend, nB, nruns, run, pulled)
+            _local_flush(pw.KB, pw.pl, pw.pc, npend, pw.kvB[:nB])
             npend = 0
         if inner == 0:
             stats[0] = max(stats[0], inner_stats[0])
             stats[1] = min(stats[1], inner_stats[1])
         if inner_stats[0] - inner_stats[1] <= opts.tol:
             break
-    if not pulled:
-        _apply_block(cache, bw.idx, bw.dB, nB, ps, pc, kp.kv)
 
 
 @njit(cache=True)
-def _kernel_block_epochs(kp, qp, opts, a, rng, block):
-    """The kernel path as block sweeps: when the cache holds fewer rows than there are samples,
-    or on request with every row at hand.
+def _shrink_block(index, s0, nB, shr, active):
+    """Reorder the block index[s0:s0 + nB]: its kept samples first, the shrunk ones swapped to
+    the end of the active range. Returns (kept, active)."""
+    k = 0
+    for t in range(nB):
+        if not shr[t]:
+            i = index[s0 + t]
+            index[s0 + t] = index[s0 + k]
+            index[s0 + k] = i
+            shr[t] = shr[k]
+            shr[k] = False
+            k += 1
+    for j in range(nB - k):
+        p, q = s0 + k + j, active - 1 - j
+        if q > p:
+            i = index[p]
+            index[p] = index[q]
+            index[q] = i
+    return k, active - (nB - k)
 
-    With a partial cache, random-order epochs miss the cache on nearly every row (a
-    least-recently-used cache over a cyclic pass keeps the rows that come last). Here each
-    sweep cuts the samples into blocks of at most ``block`` rows, fewer than the cache holds,
-    each a random set of runs of :data:`_RUN` consecutive indices: a block's rows are fetched
-    once and up to :data:`_BLOCK_INNER` epochs run over the block while they stay cached
-    (:func:`_block_epochs`). Within a block a change updates kv on the block's columns only
-    (block / m of a row, in contiguous runs), and each changed row is added to the whole of kv
-    once, at the block's end. The same exact coordinate steps, so the same problem and
-    optimum; about a third of the kernel rows of the plain epochs on ODM's problems.
 
-    With every row at hand, a plain epoch streams every moving row from memory. Blocks of at
-    most :data:`_LOCAL_MAX` rows are then pulled instead: at a block's start one pass over
-    its rows gives its products with Y gamma and its square K[block, block], and the inner
-    epochs work in that local matrix. A sweep reads the matrix once, in whole rows, and on
-    ODM's dense duals the sweeps number about a third of the epochs. kv is recomputed from Y
-    gamma at the end. The stopping rule is LIBLINEAR's on the first epoch of every block (each
-    variable's projected gradient where the sweep meets it). No shrinking. Returns (sweeps,
-    converged)."""
+@njit(cache=True)
+def _kernel_pull_sweeps(kp, qp, opts, a, rng, block):
+    """The kernel path as sweeps of pulled blocks (``dcd_kernel(block_sweeps=...)``).
+
+    Each sweep shuffles the active samples and cuts them into blocks of ``block`` rows (at
+    most :data:`_LOCAL_MAX`). A block is pulled: one pass over its rows, eight at a time
+    (cached, or computed when they are not: nothing is evicted), gives its exact products
+    kvB = K[block, :] Y gamma and its square K[block, block] (:func:`_pull`). Up to
+    :data:`_BLOCK_INNER` epochs then run on the block in that local matrix
+    (:func:`_pulled_epochs`), and the changes go into Y gamma, from which the next blocks
+    pull. A sweep reads each row once, whole; kv itself is recomputed once at the end. The
+    same exact coordinate steps, so the same problem and optimum. Shrinking and the stopping
+    rule are LIBLINEAR's, on the first epoch of every block (each variable's projected
+    gradient where the sweep meets it): a shrunk sample leaves the sweeps, so its row is no
+    longer read, until the active samples meet the tolerance and all come back for a check.
+    Returns (sweeps, converged)."""
     m = qp.y.shape[0]
-    run = max(1, min(_RUN, block // 8))
-    n_runs = (m + run - 1) // run
-    run_order = np.arange(n_runs)
-    per_block = block // run
-    stats = np.empty(2)
-    size = per_block * run
-    group, ps, pc = _pending_rows(opts.group, kp.cache.slots.shape[0], size + 1)
-    group = max(group, 1)
-    nl = size if size <= _LOCAL_MAX and kp.cache.slots.shape[0] >= m else 0
-    yg = np.zeros(m if nl > 0 else 0)
-    for i in range(yg.shape[0]):
+    block = max(1, min(block, _LOCAL_MAX, m))
+    dt = kp.cache.slots.dtype
+    yg = np.empty(m)
+    for i in range(m):
         yg[i] = qp.y[i] * (a[i] - a[i + m] if a.shape[0] > m else a[i])
-    bw = BlockWork(np.empty(per_block, dtype=np.int64), np.empty(size, dtype=np.int64),
-                   np.empty(size, dtype=np.int64), np.empty(size), np.empty(size),
-                   np.empty((nl, nl), dtype=kp.cache.slots.dtype), yg)
+    pw = PullWork(np.empty(block, dtype=np.int64), np.arange(block), np.empty(block), np.empty((block, block), dtype=dt),
+                  np.zeros(block, dtype=np.bool_), yg, np.empty((8, m), dtype=dt), np.zeros(8, dtype=np.int64),
+                  np.zeros(8))
+    index = np.arange(m)
+    active = m
+    pg_old = np.array([np.inf, -np.inf])
+    stats = np.empty(2)
     it = 0
     converged = False
     while it < opts.max_iter and not converged:
-        rng_shuffle(run_order, n_runs, rng)
-        stats[0] = -np.inf
-        stats[1] = np.inf
-        for r0 in range(0, n_runs, per_block):
-            nruns = min(per_block, n_runs - r0)
-            for r in range(nruns):
-                bw.starts[r] = run_order[r0 + r] * run
-            _block_epochs(kp, qp, opts, a, rng, bw, nruns, run, ps, pc, group, stats)
+        _begin_epoch(stats, index, active, rng)
+        s0 = 0
+        while s0 < active:
+            nB = min(block, active - s0)
+            for t in range(nB):
+                pw.idx[t] = index[s0 + t]
+                pw.local[t] = t
+            _pull(kp.cache, pw.idx, nB, yg, pw.kvB, pw.KB, pw.scratch)
+            _pulled_epochs(kp, qp, opts, a, rng, pw, nB, pg_old, stats)
+            kept, active = _shrink_block(index, s0, nB, pw.shr, active)
+            s0 += kept
         it += 1
-        converged = stats[0] - stats[1] <= opts.tol
-    if nl > 0:
-        _all_products(kp.cache.slots, kp.cache.slot_of, yg, kp.kv)
+        converged, active = _end_epoch(stats, pg_old, active, m, opts.tol)
+    _all_products(kp.cache, yg, kp.kv, pw.scratch)
     return it, converged
 
 
@@ -1037,10 +1098,10 @@ def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=N
         (:func:`_kernel_pairs`; with a smaller cache too, rows computed on demand). With a
         smaller cache ``"greedy"`` is the block sweeps of the random selection.
     block_sweeps : int, optional
-        With every row at hand and the random selection on more than ``2 * block_sweeps``
-        samples: sweeps of pulled blocks of this many rows (at most :data:`_LOCAL_MAX`)
-        instead of plain epochs (:func:`_kernel_block_epochs`; no shrinking). For duals where
-        most variables move (ODM's); None: plain epochs.
+        With the random selection on more than ``2 * block_sweeps`` samples: sweeps of pulled
+        blocks of this many rows (at most :data:`_LOCAL_MAX`; :func:`_kernel_pull_sweeps`)
+        instead of the epochs, with any cache (rows beyond it are computed as the blocks need
+        them). For duals where most variables move (ODM's); None: epochs.
     Returns DCDResult with u = Q gamma + o.
     """
     y = np.ascontiguousarray(y, dtype=np.float64)
@@ -1078,10 +1139,10 @@ def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=N
     path, qp = KernelPath(cache.state, kv, sb, o, bias2), BoxQP(y, qd, D, p, U)
     opts = DCDOptions(float(tol), int(max_iter), bool(shrinking), _GROUP)
     block = _cache_block(cache.state.slots.shape[0], m)
-    if block is None and block_sweeps and selection == "random" and m > 2 * block_sweeps:
-        block = min(int(block_sweeps), _LOCAL_MAX)
     if selection == "pairs":  # also with a partial cache: a pair step needs only its two rows
         it, conv = _kernel_pairs(path, qp, opts, a)
+    elif block_sweeps and selection == "random" and m > 2 * block_sweeps:
+        it, conv = _kernel_pull_sweeps(path, qp, opts, a, seed_from(random_state), int(block_sweeps))
     elif selection == "greedy" and block is None:
         it, conv = _kernel_greedy(path, qp, opts, a)
     elif block is None:

@@ -189,10 +189,11 @@ def odm_dcd_linear(X, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0,
 _KERNEL_NEWTON_AFTER = 20
 _KERNEL_NEWTON_SOON = 2
 _KERNEL_NEWTON_MAX = 1000
-#: With every kernel row at hand the DCD runs sweeps of pulled blocks of this many rows
+#: The kernel DCD runs sweeps of pulled blocks of this many rows
 #: (:func:`~margindist.solvers.dcd.dcd_kernel`'s ``block_sweeps``): ODM's duals are dense, and
-#: a sweep that reads the matrix once takes the place of about three plain epochs (5000 rows
-#: of magic: 14-16 sweeps against 43-44 epochs, 0.35-0.37 -> 0.20 s a fit).
+#: a sweep that reads each row once takes the place of about three plain epochs (magic, 5000
+#: rows: 13-16 sweeps against 43-44 epochs, 0.37 -> 0.18-0.19 s a fit; 14 000 rows, 3744 of
+#: them cached: 3.6 -> 3.2-3.3 s).
 _KERNEL_BLOCK = 320
 
 
