@@ -349,6 +349,56 @@ def test_block_sweeps_of_a_full_cache_give_the_plain_epochs_model(monkeypatch):
                                (y * gam)[np.sort(blocks.support_)], atol=1e-6)
 
 
+@pytest.mark.parametrize("case", ["weights", "float64_rows", "precomputed", "callable", "small_cache", "sparse",
+                                  "ovo", "warm_start"])
+def test_pulled_sweeps_give_the_plain_epochs_model_on_every_input(monkeypatch, case):
+    """The sweeps of pulled blocks (more than 640 rows) against the plain epochs, to a tight
+    tolerance: sample and class weights, float64 rows (tol < 1e-5), a precomputed and a
+    callable kernel, a cache of 50 rows, CSR rows, three classes (one-vs-one problems of 900
+    rows) and a warm-started refit (without the Newton hand-over of problems of at most 1000
+    rows, so that the sweeps run to the tolerance)."""
+    import scipy.sparse as sp
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    from margindist.solvers import odm as odm_solvers
+
+    rng = np.random.default_rng(1)
+    m = 1350 if case == "ovo" else 900
+    X, y = _data(rng, m=m, d=5)
+    if case == "ovo":
+        y = np.digitize(X[:, 0] + 0.3 * rng.normal(size=m), [-0.4, 0.4]).astype(float)
+    kw = dict(kernel="rbf", gamma=0.3, tol=1e-8, random_state=0)
+    fit = {}
+    Xf = X
+    if case == "weights":
+        kw["class_weight"] = {-1.0: 2.0, 1.0: 0.5}
+        fit["sample_weight"] = rng.uniform(0.2, 3.0, size=m)
+    elif case == "float64_rows":
+        kw["tol"] = 1e-9
+    elif case == "precomputed":
+        kw["kernel"], Xf = "precomputed", rbf_kernel(X, gamma=0.3)
+    elif case == "callable":
+        kw["kernel"] = lambda A, B: rbf_kernel(A, B, gamma=0.3)
+    elif case == "small_cache":
+        kw["cache_size"] = 50 * 8 * m / 2**20
+    elif case == "sparse":
+        Xf = sp.csr_matrix(np.where(np.abs(X) > 0.5, X, 0.0))
+
+    def model():
+        est = ODM(**kw)
+        if case == "warm_start":
+            est.set_params(warm_start=True).fit(Xf, y)
+            est.set_params(lam=est.lam_ * 1.5 if hasattr(est, "lam_") else 1000.0)
+        return est.fit(Xf, y, **fit)
+
+    monkeypatch.setattr(odm_solvers, "_KERNEL_NEWTON_MAX", 0)  # the DCD alone, to the tolerance
+    pulled = model()
+    monkeypatch.setattr(odm_solvers, "_KERNEL_BLOCK", None)
+    plain = model()
+    assert np.all(np.atleast_1d(pulled.n_iter_) < np.atleast_1d(plain.n_iter_)), (pulled.n_iter_, plain.n_iter_)
+    np.testing.assert_allclose(pulled.decision_function(Xf), plain.decision_function(Xf), atol=1e-5)
+
+
 def test_no_intercept_and_parameter_errors():
     X, y = _scaled("heart")
     est = ODM(fit_intercept=False).fit(X, y)
