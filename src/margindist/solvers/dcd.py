@@ -631,21 +631,6 @@ def _all_products(cache, yg, kv, scratch):
         _products8(cache, idx, t0, min(8, m - t0), yg, kv, scratch)
 
 
-@njit(cache=True)
-def _local_flush(KB, pl, pc, n, kvB):
-    """kvB += sum_q pc[q] KB[pl[q], :nB] (nB = len(kvB); eight local rows a pass when n = 8)."""
-    nB = kvB.shape[0]
-    if n == 8:
-        _flush8(KB[pl[0], :nB], KB[pl[1], :nB], KB[pl[2], :nB], KB[pl[3], :nB], KB[pl[4], :nB], KB[pl[5], :nB],
-                KB[pl[6], :nB], KB[pl[7], :nB], pc, kvB)
-    else:
-        for q in range(n):
-            row = KB[pl[q]]
-            c = pc[q]
-            for j in range(nB):
-                kvB[j] += c * row[j]
-
-
 #: The work arrays of :func:`_kernel_pull_sweeps`: the block's samples ``idx``, their visiting
 #: order ``local``, kvB = K[idx, :] Y gamma, the local matrix KB = K[idx, idx], which samples
 #: may be shrunk ``shr``, yg = Y gamma (m,), eight scratch rows for rows outside the cache, and
@@ -683,10 +668,10 @@ def _pulled_epochs(kp, qp, opts, a, rng, pw, nB, pg_old, stats):
                 pw.pc[npend] = c
                 npend += 1
                 if npend == pw.pl.shape[0]:
-                    _local_flush(pw.KB, pw.pl, pw.pc, npend, pw.kvB[:nB])
+                    _flush(pw.KB, pw.pl, pw.pc, npend, pw.kvB[:nB])
                     npend = 0
         if npend > 0:
-            _local_flush(pw.KB, pw.pl, pw.pc, npend, pw.kvB[:nB])
+            _flush(pw.KB, pw.pl, pw.pc, npend, pw.kvB[:nB])
             npend = 0
         if inner == 0:
             stats[0] = max(stats[0], inner_stats[0])
