@@ -21,13 +21,19 @@ rows of norm 1e20, gamma 1e-40) the cache keeps float64 arithmetic.
 Measured on 14 000 rows of U(0, 1)^10 (and shifted by 100): the largest error of a value
 against scikit-learn's ``rbf_kernel`` in float64 is 1.2e-7 (3.0e-8 for float64 arithmetic
 rounded to float32), and a row of 14 000 values takes 15 us instead of 36 us (94 against
-184 us with 100 features).
+184 us with 100 features). The exponential runs in the chunk's one loop (2^k assembled by
+reinterpreting the bits of an integer, :func:`_float_bits`) and products may fuse with sums
+into FMAs: 16.0 -> 12.3 us a row through the row cache (95 -> 87 us with 100 features), and
+ODM at 14 000 rows of magic, whose rows beyond the cache are recomputed in every sweep,
+3.25-3.45 -> 2.44-2.63 s.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 __all__ = ["centred_t32", "exp_nonpositive32", "rbf_chunk32"]
 
@@ -39,37 +45,48 @@ _LN2_HI = _F(0.693359375)
 _LN2_LO = _F(-2.12194440e-4)
 _P = tuple(_F(c) for c in (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
                             1.6666665459e-1, 5.0000001201e-1))
-_SHIFTER = _F(12582912.0)  # 2^23 + 2^22: k + _SHIFTER holds the integer k in its low mantissa bits
-_SHIFTER_BITS = np.int32(0x4B400000)  # the bit pattern of _SHIFTER
 _EXP_MIN = _F(-87.0)  # e^-87 ~ 1.6e-38, near the smallest normal float32; below, 0 is returned
 _ZERO, _HALF, _ONE = _F(0.0), _F(0.5), _F(1.0)
+#: LLVM may fuse a product and a sum into one FMA (one rounding instead of two); no reordering.
+_CONTRACT = {"contract"}
 
 
-@njit(cache=True)
-def exp_nonpositive32(v, scratch):
-    """v[j] <- exp(v[j]) in place for float32 v[j] <= 0 (about 1 ulp; 0 below -87).
-    ``scratch``: float32 work array of v's length."""
+@intrinsic
+def _float_bits(typingctx, bits):
+    """The float32 whose bit pattern is the int32 ``bits`` (a register reinterpretation, so
+    that 2^k is assembled inside a vectorised loop)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(types.int32), codegen
+
+
+@njit(cache=True, fastmath=_CONTRACT, inline="always")
+def _exp32(x):
+    """exp(x) for a float32 x <= 0 (about 1 ulp; 0 below -87)."""
     p0, p1, p2, p3, p4, p5 = _P
-    for j in range(v.shape[0]):
-        x = v[j]
-        ok = x >= _EXP_MIN
-        x = x if ok else _EXP_MIN
-        kf = np.floor(x * _LOG2E + _HALF)
-        r = (x - kf * _LN2_HI) - kf * _LN2_LO
-        p = (((((p0 * r + p1) * r + p2) * r + p3) * r + p4) * r + p5) * (r * r) + r + _ONE
-        v[j] = p if ok else _ZERO
-        scratch[j] = kf + _SHIFTER
-    bits = scratch.view(np.int32)
-    for j in range(v.shape[0]):
-        bits[j] = (bits[j] - _SHIFTER_BITS + 127) << 23  # the float 2^k
-    for j in range(v.shape[0]):
-        v[j] *= scratch[j]
+    ok = x >= _EXP_MIN
+    x = x if ok else _EXP_MIN
+    kf = np.floor(x * _LOG2E + _HALF)
+    r = (x - kf * _LN2_HI) - kf * _LN2_LO
+    p = (((((p0 * r + p1) * r + p2) * r + p3) * r + p4) * r + p5) * (r * r) + r + _ONE
+    two_k = _float_bits((np.int32(kf) + np.int32(127)) << np.int32(23))
+    return p * two_k if ok else _ZERO
 
 
-@njit(cache=True)
-def _sq_dist_chunk(XT, i, start, stop, o):
-    """o[j - start] = ||x_i - x_j||^2 for j in start..stop-1 from the float32 X^T (d, m), the
-    squared differences summed in groups of four features in their order (symmetric in i, j)."""
+@njit(cache=True, fastmath=_CONTRACT)
+def exp_nonpositive32(v):
+    """v[j] <- exp(v[j]) in place for float32 v[j] <= 0 (about 1 ulp; 0 below -87)."""
+    for j in range(v.shape[0]):
+        v[j] = _exp32(v[j])
+
+
+@njit(cache=True, fastmath=_CONTRACT)
+def rbf_chunk32(XT, gamma, i, start, stop, o):
+    """o[j - start] = exp(-gamma ||x_i - x_j||^2) for j in start..stop-1, in float32 (o float32
+    of length stop - start, ``gamma`` a float32), from the float32 X^T (d, m): the squared
+    differences summed in groups of four features in their order (symmetric in i, j; products
+    and sums may fuse into FMAs, which keeps the symmetry since (-a) * (-a) = a * a), then the
+    exponential in the same chunk."""
     d = XT.shape[0]
     n = stop - start
     for j in range(n):
@@ -89,16 +106,9 @@ def _sq_dist_chunk(XT, i, start, stop, o):
             a = xf[j] - c
             o[j] += a * a
         f += 1
-
-
-@njit(cache=True)
-def rbf_chunk32(XT, gamma, i, start, stop, o, scratch):
-    """o[j - start] = exp(-gamma ||x_i - x_j||^2) for j in start..stop-1, in float32 (o and
-    ``scratch`` float32 of length stop - start; ``gamma`` a float32)."""
-    _sq_dist_chunk(XT, i, start, stop, o)
-    for j in range(stop - start):
-        o[j] = -gamma * o[j]
-    exp_nonpositive32(o, scratch)
+    ng = -gamma
+    for j in range(n):
+        o[j] = _exp32(ng * o[j])
 
 
 #: float32 arithmetic is used while gamma and gamma times the largest squared distance stay

@@ -462,10 +462,10 @@ def compute_kernel_row(cache, i, out):
             out[j] = Xd[i, j]
         return
     if cache.X32.shape[0] > 0:  # RBF rows stored in float32: computed in float32 (._rbf32)
-        g32, o32 = np.float32(cache.params[0]), cache.work32
+        g32 = np.float32(cache.params[0])
         for start in range(0, m, _ROW_CHUNK):
             stop = min(start + _ROW_CHUNK, m)
-            rbf_chunk32(cache.X32, g32, i, start, stop, out[start:stop], o32[1, : stop - start])
+            rbf_chunk32(cache.X32, g32, i, start, stop, out[start:stop])
         return
     work, sqn = cache.work, cache.sq_norms
     si = sqn[i] if sqn.shape[0] > 0 else 0.0
@@ -646,7 +646,7 @@ def _triangle_dot(kind, params, XT, sq, XT32, VT, outT, work, work32):
     columns together. The dot products of a block and a chunk are one BLAS product (float64;
     their transform as in :func:`compute_kernel_row`); when ``XT32`` (the centred float32 rows,
     :mod:`._rbf32`) is not empty, the RBF values are those of the float32 rows of the cache
-    (``work32`` (2, >= _ROW_CHUNK) float32)."""
+    (``work32`` (1, >= _ROW_CHUNK) float32)."""
     arith32 = XT32.shape[0] > 0
     r = XT32.shape[1] if arith32 else XT.shape[1]
     g32 = np.float32(params[0])
@@ -666,7 +666,7 @@ def _triangle_dot(kind, params, XT, sq, XT32, VT, outT, work, work32):
                 n = stop - s0
                 if arith32:
                     o32 = work32[0, :n]
-                    rbf_chunk32(XT32, g32, a, s0, stop, o32, work32[1, :n])
+                    rbf_chunk32(XT32, g32, a, s0, stop, o32)
                     _apply_chunk(o32, VT, outT, a, s0)
                 else:
                     o = D[a - a0, s0 - start : stop - start]
@@ -795,7 +795,7 @@ def _cached_rows_dot(slots, slot_of, rows, scatter, VT, outT):
 #: or empty; ``sq_norms``: ||x_i||^2; ``scratch``: a zeroed float64 vector of length d (CSR);
 #: ``work``: two float64 rows (the row being computed, exp scratch); ``X32``: the centred rows as a
 #: float32 (d, m) array when dense RBF rows are stored in float32 (then computed in float32
-#: arithmetic, :mod:`._rbf32`), else empty; ``work32``: two float32 chunks for those rows.
+#: arithmetic, :mod:`._rbf32`), else empty; ``work32``: one float32 chunk (1, _ROW_CHUNK) for those rows.
 #: The ``rows`` of a cache whose kernel rows are not computed from CSR data (no rows at all).
 _NO_ROWS = make_rows(sp.csr_matrix((0, 0), dtype=np.float64))
 
@@ -909,7 +909,7 @@ class KernelRowCache:
             scratch=scratch,
             work=np.empty((2, m), dtype=np.float64),
             X32=X32,
-            work32=np.empty((2, _ROW_CHUNK if X32.size else 0), dtype=np.float32),
+            work32=np.empty((1, _ROW_CHUNK if X32.size else 0), dtype=np.float32),
         )
         self.n_slots = n_slots
         self.spec = spec
@@ -943,7 +943,7 @@ class KernelRowCache:
                                    counters=np.array([0, 0, 0, m, 0, m - 1], dtype=np.int64), kind=KIND_PRECOMPUTED,
                                    params=np.zeros(3), X=G, rows=_NO_ROWS, sq_norms=empty_f,
                                    scratch=empty_f, work=np.empty((2, 0)), X32=np.zeros((0, 0), dtype=np.float32),
-                                   work32=np.zeros((2, 0), dtype=np.float32))
+                                   work32=np.zeros((1, 0), dtype=np.float32))
         self.n_slots = m
         self.spec = KernelSpec("precomputed")
         self.dtype = G.dtype
