@@ -95,15 +95,16 @@ def test_smo_matches_generic_qp(lam, weighted):
 
 @pytest.mark.parametrize("cached", [False, True])
 def test_update_and_selection_of_the_violating_pair(cached):
-    """The fused gradient update and working-set selection (the lane-wise extrema without a row
-    cache, the single loop with one) against NumPy: the updated G, min G and the first row that
-    attains it, max G over the rows with mass and its first row, and among the cached rows the
-    same two; integer data with many ties, ranges of every length around the lane width."""
-    from margindist.solvers.kmomd import _update_select
+    """The fused gradient update and working-set selection (the extrema by chunks, the first
+    row attaining each searched in its chunk) against NumPy: the updated G, min G and the first
+    row that attains it, max G over the rows with mass and its first row, and among the cached
+    rows the same two; integer data with many ties (the same extremum in several chunks),
+    ranges of every length up to and across several chunks."""
+    from margindist.solvers.kmomd import _SELECT_CHUNK, _update_select
 
     rng = np.random.default_rng(3)
-    for _ in range(400):
-        m = int(rng.integers(1, 40))
+    for t in range(600):
+        m = int(rng.integers(1, 40 if t % 2 else 3 * _SELECT_CHUNK + 40))
         lo = int(rng.integers(0, m))
         hi = int(rng.integers(lo + 1, m + 1))
         G = rng.integers(-3, 3, size=m).astype(np.float64)

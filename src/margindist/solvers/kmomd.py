@@ -141,12 +141,16 @@ class KMOMDResult(SolverResult):
 # --------------------------------------------------------------------------------------
 
 
-#: Independent running minima / maxima of :func:`_update_select` (no chain of dependent
-#: selects from one element to the next).
-_LANES = 8
+#: Rows per chunk of :func:`_update_select`: the chunks' extrema are kept, so the first row
+#: that attains an extremum is searched for in one chunk only.
+_SELECT_CHUNK = 256
+
+#: min / max reductions vectorise only when NaN and the sign of zero may be ignored; the
+#: updated gradients themselves are computed as written (no contraction, no reordering).
+_MINMAX = {"nnan", "nsz"}
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_MINMAX)
 def _update_select(G, gamma, lo, hi, Ka, Kb, k, slot_of):
     """G_j += k (Ka_j - Kb_j) on rows lo..hi-1, fused with the selection of the class's maximal
     violating pair: returns (min_j G_j, max_{j: gamma_j > 0} G_j, argmin, argmax), argmax -1 if no
@@ -154,76 +158,63 @@ def _update_select(G, gamma, lo, hi, Ka, Kb, k, slot_of):
     (``slot_of`` >= 0; -1 when ``slot_of`` is empty: no such selection). Ka, Kb may be
     float32 kernel rows (differences taken in float64). Ties go to the first row.
 
-    (Returning the selection rather than writing it into an array argument keeps the loop
-    about twice as fast.)"""
-    if slot_of.shape[0] == 0:
-        return _update_select_lanes(G, gamma, lo, hi, Ka, Kb, k)
-    gmin = np.inf
-    gmax = -np.inf
-    cmin = np.inf
-    cmax = -np.inf
-    r = -1
-    q = -1
-    rc = -1
-    qc = -1
-    for j in range(lo, hi):
-        g = G[j] + k * (np.float64(Ka[j]) - np.float64(Kb[j]))
-        G[j] = g
-        if g < gmin:
-            gmin = g
-            r = j
-        gq = g if gamma[j] > 0.0 else -np.inf
-        if gq > gmax:
-            gmax = gq
-            q = j
-        if slot_of[j] >= 0:
-            if g < cmin:
-                cmin = g
-                rc = j
-            if gq > cmax:
-                cmax = gq
-                qc = j
+    One pass by chunks of :data:`_SELECT_CHUNK` rows whose update and extrema the compiler
+    vectorises (a running argmin does not vectorise); the first row attaining each extremum is
+    then found in the first chunk whose extremum it is (:func:`_first_at`). Both classes of
+    14 000 rows: 16.8 us a pair update against 29.5 us for running extrema in eight lanes (the
+    previous loop), 24.8 against 26.6 us with the cached rows' extrema too."""
+    n_chunks = (hi - lo + _SELECT_CHUNK - 1) // _SELECT_CHUNK
+    ext = np.empty((4, n_chunks))
+    cached = slot_of.shape[0] > 0
+    for c in range(n_chunks):
+        s = lo + c * _SELECT_CHUNK
+        e = min(s + _SELECT_CHUNK, hi)
+        Gs, gs, As, Bs = G[s:e], gamma[s:e], Ka[s:e], Kb[s:e]
+        lo_all, hi_mass, lo_c, hi_c = np.inf, -np.inf, np.inf, -np.inf
+        if cached:
+            Ss = slot_of[s:e]
+            for j in range(e - s):
+                g = Gs[j] + k * (np.float64(As[j]) - np.float64(Bs[j]))
+                Gs[j] = g
+                gq = g if gs[j] > 0.0 else -np.inf
+                lo_all = min(lo_all, g)
+                hi_mass = max(hi_mass, gq)
+                held = Ss[j] >= 0
+                lo_c = min(lo_c, g if held else np.inf)
+                hi_c = max(hi_c, gq if held else -np.inf)
+        else:
+            for j in range(e - s):
+                g = Gs[j] + k * (np.float64(As[j]) - np.float64(Bs[j]))
+                Gs[j] = g
+                lo_all = min(lo_all, g)
+                hi_mass = max(hi_mass, g if gs[j] > 0.0 else -np.inf)
+        ext[0, c], ext[1, c], ext[2, c], ext[3, c] = lo_all, hi_mass, lo_c, hi_c
+    if n_chunks == 0:
+        return np.inf, -np.inf, -1, -1, -1, -1
+    gmin, gmax = ext[0].min(), ext[1].max()
+    r = _first_at(G, gamma, slot_of, lo, hi, ext[0], gmin, False, False)
+    q = _first_at(G, gamma, slot_of, lo, hi, ext[1], gmax, True, False)
+    rc = qc = -1
+    if cached:
+        rc = _first_at(G, gamma, slot_of, lo, hi, ext[2], ext[2].min(), False, True)
+        qc = _first_at(G, gamma, slot_of, lo, hi, ext[3], ext[3].max(), True, True)
     return gmin, gmax, r, q, rc, qc
 
 
 @njit(cache=True)
-def _update_select_lanes(G, gamma, lo, hi, Ka, Kb, k):
-    """:func:`_update_select` without the cached rows' selection: the update and the two extrema
-    in :data:`_LANES` independent lanes, then the first row that attains each (a scan that
-    stops there). A single running minimum compiles to a chain of dependent selects, which
-    took 2.5 times as long at 14 000 rows."""
-    lmin = np.full(_LANES, np.inf)
-    lmax = np.full(_LANES, -np.inf)
-    stop = hi - (hi - lo) % _LANES
-    for j0 in range(lo, stop, _LANES):
-        for t in range(_LANES):
-            j = j0 + t
-            g = G[j] + k * (np.float64(Ka[j]) - np.float64(Kb[j]))
-            G[j] = g
-            a = lmin[t]
-            lmin[t] = g if g < a else a
-            gq = g if gamma[j] > 0.0 else -np.inf
-            b = lmax[t]
-            lmax[t] = gq if gq > b else b
-    gmin = lmin.min()
-    gmax = lmax.max()
-    for j in range(stop, hi):
-        g = G[j] + k * (np.float64(Ka[j]) - np.float64(Kb[j]))
-        G[j] = g
-        gmin = min(gmin, g)
-        if gamma[j] > 0.0:
-            gmax = max(gmax, g)
-    r = q = -1
-    for j in range(lo, hi):
-        if G[j] == gmin:
-            r = j
-            break
-    if gmax > -np.inf:
-        for j in range(lo, hi):
-            if G[j] == gmax and gamma[j] > 0.0:
-                q = j
-                break
-    return gmin, gmax, r, q, -1, -1
+def _first_at(G, gamma, slot_of, lo, hi, ext, v, mass, held):
+    """The first row j in lo..hi-1 with G_j = v (and gamma_j > 0 if ``mass``, a cached row if
+    ``held``), searched in the first chunk of :func:`_update_select` whose extremum ``ext[c]``
+    is v; -1 when v is infinite (no such row)."""
+    if not np.isfinite(v):
+        return -1
+    for c in range(ext.shape[0]):
+        if ext[c] == v:
+            s = lo + c * _SELECT_CHUNK
+            for j in range(s, min(s + _SELECT_CHUNK, hi)):
+                if G[j] == v and (not mass or gamma[j] > 0.0) and (not held or slot_of[j] >= 0):
+                    return j
+    return -1
 
 
 @njit(cache=True)
