@@ -31,6 +31,7 @@ import scipy.sparse as sp
 from numba import njit
 from sklearn.metrics.pairwise import pairwise_kernels
 
+from ._bits import float64_from_bits
 from ._rbf32 import centred_t32, rbf_chunk32
 from ._validation import check_callable_kernel_output
 from .solvers._rows import make_rows, row_axpy, row_sq_norms, rows_dot
@@ -342,23 +343,21 @@ _REDUCE = {"reassoc", "contract"}
 #: Columns per chunk of the dense row computation (a chunk of the row stays in L1).
 _ROW_CHUNK = 512
 
-# exp(x) for x <= 0 in vectorisable passes: x = k ln 2 + r, |r| <= ln(2) / 2 (Cody-Waite), e^r by
+# exp(x) for x <= 0 in a vectorisable loop: x = k ln 2 + r, |r| <= ln(2) / 2 (Cody-Waite), e^r by
 # its Taylor polynomial of degree 12 (truncation < 2e-16 relative), 2^k assembled in the exponent bits.
 _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01
 _LN2_LO = 1.90821492927058770002e-10
-_SHIFTER = 6755399441055744.0  # 2^52 + 2^51: k + _SHIFTER holds the integer k in its low mantissa bits
-_SHIFTER_BITS = np.int64(0x4338000000000000)  # the bit pattern of _SHIFTER
 _EXP_MIN = -708.0  # e^-708 ~ 3e-308, the smallest exponent with a normal 2^k; below, 0 is returned
 
 
 @njit(cache=True, fastmath={"contract"})  # fused multiply-adds: 15.4 -> 11.3 us for 14 000 values
-def _exp_nonpositive(v, scratch):
+def _exp_nonpositive(v):
     """v[j] <- exp(v[j]) in place for v[j] <= 0 (within 2 ulp of the correctly rounded value; 0 below
-    -708). ``scratch``: float64 work array of the same length. Three loops that LLVM vectorises, about
+    -708). One loop that LLVM vectorises (2^k from the bits of an integer, :mod:`._bits`; 0.56 ->
+    0.46 us for 512 values against three passes through a scratch array, the same values), about
     three times faster than a loop over ``np.exp``."""
-    n = v.shape[0]
-    for j in range(n):
+    for j in range(v.shape[0]):
         x = v[j]
         ok = x >= _EXP_MIN
         x = x if ok else _EXP_MIN
@@ -367,13 +366,7 @@ def _exp_nonpositive(v, scratch):
         p = 1.0 + r * (1.0 + r * (1.0 / 2 + r * (1.0 / 6 + r * (1.0 / 24 + r * (1.0 / 120 + r * (
             1.0 / 720 + r * (1.0 / 5040 + r * (1.0 / 40320 + r * (1.0 / 362880 + r * (1.0 / 3628800 + r * (
                 1.0 / 39916800 + r * (1.0 / 479001600))))))))))))
-        v[j] = p if ok else 0.0
-        scratch[j] = kf + _SHIFTER
-    bits = scratch.view(np.int64)
-    for j in range(n):
-        bits[j] = (bits[j] - _SHIFTER_BITS + 1023) << 52  # the float 2^k
-    for j in range(n):
-        v[j] *= scratch[j]
+        v[j] = p * float64_from_bits((np.int64(kf) + 1023) << 52) if ok else 0.0
 
 
 @njit(cache=True)
@@ -439,7 +432,7 @@ def _transform_chunk(kind, params, o, sq, si, scratch):
     if kind == KIND_RBF:
         for j in range(n):
             o[j] = -gamma * max(si + sq[j] - 2.0 * o[j], 0.0)
-        _exp_nonpositive(o, scratch)
+        _exp_nonpositive(o)
     elif kind == KIND_POLY:
         _poly_inplace(o, gamma, coef0, degree, scratch)
     elif kind == KIND_SIGMOID:
