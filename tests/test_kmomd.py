@@ -610,9 +610,9 @@ def test_woodbury_preconditioner_is_the_inverse_of_p(a2):
     M = np.eye(r) + a2 * ((A / Dp) @ A.T)
     As = A / np.sqrt(Dp)
     np.testing.assert_allclose(M, np.eye(r) + a2 * (As @ As.T), rtol=1e-12)
-    # the Newton phase gathers As from its float32 factor by blocks of columns
+    # the Newton phase gathers As from its float32 factor, row by row
     F32, idx = rng.standard_normal((r, 50)).astype(np.float32), rng.permutation(50)[:n]
-    np.testing.assert_array_equal(_scaled_columns(F32, idx, np.sqrt(Dp), block=7),
+    np.testing.assert_array_equal(_scaled_columns(F32, idx, np.sqrt(Dp)),
                                   F32[:, idx].astype(np.float64) / np.sqrt(Dp))
     prec = _woodbury_preconditioner(Dp, yI / np.sqrt(Dp), As, cho_factor(M), a2)
     P = np.diag(Dp) + a2 * (yI[:, None] * (A.T @ A) * yI[None, :])
@@ -1015,6 +1015,33 @@ def test_rows_combination_with_evictions(slots):
         out = np.zeros((k, 60))
         _rows_combination(cache.state, rows, C, out)
         np.testing.assert_allclose(out, C @ K[rows], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("n_slots", [3, 4, 40])
+@pytest.mark.parametrize("lower", [False, True])
+def test_gather_block_is_the_principal_block(n_slots, lower):
+    """The principal block of K on idx from the cached rows (four rows a pass when the cache
+    holds four, one at a time otherwise): K[idx][:, idx], or its lower triangle with the upper
+    one left as it was; every size around the groups of four, a cache smaller than idx."""
+    from margindist.kernels import KernelRowCache, KernelSpec
+    from margindist.solvers.kmomd import _gather_block
+
+    rng = np.random.default_rng(8)
+    m = 40
+    A = rng.normal(size=(m, m))
+    G = A + A.T
+    cache = KernelRowCache(KernelSpec("precomputed"), G, max_bytes=8 * m * n_slots)
+    assert cache.n_slots == n_slots
+    for n in [1, 2, 3, 4, 5, 7, 8, 9, 13, 30]:
+        idx = np.sort(rng.choice(m, n, replace=False))
+        out = np.full((n, n), np.nan)
+        _gather_block(cache.state, idx, out, lower)
+        want = G[np.ix_(idx, idx)]
+        if lower:
+            np.testing.assert_array_equal(np.tril(out), np.tril(want))
+            assert np.isnan(out[np.triu_indices(n, 1)]).all()
+        else:
+            np.testing.assert_array_equal(out, want)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

