@@ -365,3 +365,44 @@ def test_row_cache_dot_is_the_gram_product(X, rng, kind, sparse, dtype):
     assert tiles.prefill(rows) == 19
     for W in (v, V[:, :2], V):
         np.testing.assert_allclose(tiles.dot(W), K @ W, rtol=tol, atol=tol * np.abs(K).max() * np.abs(W).sum())
+
+
+def _keys_and_back(x):
+    from numba import njit
+
+    from margindist._bits import from_order_key, order_key
+
+    @njit
+    def run(x):
+        k = np.empty(x.shape[0], dtype=np.int64)
+        back = np.empty_like(x)
+        for i in range(x.shape[0]):
+            k[i] = order_key(x[i])
+            back[i] = from_order_key(k[i])
+        return k, back
+
+    return run(x)
+
+
+def test_order_keys_follow_the_order_of_the_floats():
+    """KM-OMD's pair selection takes its minima and maxima over integer keys of the gradients:
+    the keys are in the order of the floats (-0.0 just below +0.0, the infinities at the ends,
+    subnormals in place), and a key gives back its float, sign of zero included."""
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import strategies as st
+
+    tiny = np.nextafter(0.0, 1.0)
+    fixed = np.array([-np.inf, -1e308, -1.0, -tiny, -0.0, 0.0, tiny, 1.0, 1e308, np.inf])
+
+    @hypothesis.settings(max_examples=50, deadline=None, derandomize=True)
+    @hypothesis.given(st.lists(st.floats(allow_nan=False), min_size=1, max_size=40))
+    def check(values):
+        x = np.concatenate([np.array(values, dtype=np.float64), fixed])
+        k, back = _keys_and_back(x)
+        np.testing.assert_array_equal(back, x)
+        assert np.array_equal(np.signbit(back), np.signbit(x))
+        # the order of the keys is the order of (x, sign bit): -0.0 before +0.0
+        want = np.lexsort((~np.signbit(x), x))
+        assert np.array_equal(np.sort(k), k[want])
+
+    check()
