@@ -1017,6 +1017,44 @@ def test_rows_combination_with_evictions(slots):
         np.testing.assert_allclose(out, C @ K[rows], rtol=1e-12, atol=1e-12)
 
 
+def test_second_order_choice_of_the_second_row():
+    """LIBSVM's second-order choice of q given r (a partial cache's SMO) against NumPy: the
+    first row of largest (G_q - G_r)^2 / H_rq among the rows with mass and G_q > G_r, or the
+    first cached row of the largest cached score when that is at least frac^2 of the largest;
+    -1 when no row qualifies. Integer data with many ties, ranges across several chunks."""
+    from margindist.solvers.kmomd import _SELECT_CHUNK, _TAU, _second_order_q
+
+    rng = np.random.default_rng(12)
+    a2, frac = 1.8, 0.7
+    for t in range(400):
+        m = int(rng.integers(2, 40 if t % 2 else 3 * _SELECT_CHUNK + 40))
+        lo = int(rng.integers(0, m - 1))
+        hi = int(rng.integers(lo + 1, m + 1))
+        r = int(rng.integers(lo, hi))
+        G = rng.integers(-3, 4, size=m).astype(np.float64)
+        gamma = np.where(rng.random(m) < 0.6, rng.random(m), 0.0)
+        hq = rng.choice([1.0, 2.0, 3.0], size=m)
+        Kr = rng.choice([0.0, 0.25, 0.5], size=m).astype(np.float32)
+        slot_of = np.where(rng.random(m) < 0.3, 1, -1)
+        got = _second_order_q(G, gamma, hq, Kr, r, lo, hi, a2, slot_of, frac)
+
+        q = np.arange(lo, hi)
+        d = G[q] - G[r]
+        h = np.maximum(hq[r] + hq[q] - 2.0 * a2 * Kr[q].astype(np.float64), _TAU)
+        score = np.where((gamma[q] > 0) & (d > 0), d * d / h, 0.0)
+        top = score.max()
+        if top <= 0:
+            assert got == -1
+            continue
+        held = slot_of[q] >= 0
+        top_c = score[held].max(initial=0.0)
+        if top_c > 0 and top_c >= frac * frac * top:
+            want = q[np.flatnonzero(held & (score == top_c))[0]]
+        else:
+            want = q[np.flatnonzero(score == top)[0]]
+        assert got == want, (t, got, want)
+
+
 @pytest.mark.parametrize("n_slots", [3, 4, 40])
 @pytest.mark.parametrize("lower", [False, True])
 def test_gather_block_is_the_principal_block(n_slots, lower):

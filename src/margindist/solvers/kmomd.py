@@ -211,6 +211,49 @@ def _update_select(G, gamma, lo, hi, Ka, Kb, k, slot_of):
 
 
 @njit(cache=True)
+def _second_order_q(G, gamma, hq, Kr, r, lo, hi, a2, slot_of, frac):
+    """LIBSVM's second-order choice of the pair's second row, given r: among the rows q in
+    lo..hi-1 with mass and G_q > G_r, the one of largest (G_q - G_r)^2 / H_rq, the decrease of
+    the exact step along the pair before its clip; H_rq = hq_r + hq_q - 2 a2 k(x_r, x_q) with
+    hq = a2 diag(K) + 2 lam / w, ``Kr`` the kernel row of r. An uncached q gives way to the best
+    cached one (``slot_of`` >= 0) when that scores at least ``frac``^2 as much. By chunks of
+    :data:`_SELECT_CHUNK` rows, the maxima over order keys of the scores; -1 when no row
+    qualifies."""
+    n_chunks = (hi - lo + _SELECT_CHUNK - 1) // _SELECT_CHUNK
+    ext = np.zeros((2, max(n_chunks, 1)), dtype=np.int64)
+    gr, hr = G[r], hq[r]
+    for c in range(n_chunks):
+        s = lo + c * _SELECT_CHUNK
+        e = min(s + _SELECT_CHUNK, hi)
+        Gs, gs, hs, ks, Ss = G[s:e], gamma[s:e], hq[s:e], Kr[s:e], slot_of[s:e]
+        best = best_c = 0
+        for j in range(e - s):
+            key = order_key(_pair_score(Gs[j] - gr, hr + hs[j] - 2.0 * a2 * np.float64(ks[j]), gs[j]))
+            best = max(best, key)
+            best_c = max(best_c, key if Ss[j] >= 0 else 0)
+        ext[0, c], ext[1, c] = best, best_c
+    top, top_c = ext[0].max(), ext[1].max()
+    if top <= 0:
+        return -1
+    held = top_c > 0 and from_order_key(top_c) >= frac * frac * from_order_key(top)
+    key = top_c if held else top
+    for c in range(n_chunks):
+        if ext[1 if held else 0, c] == key:
+            s = lo + c * _SELECT_CHUNK
+            for j in range(s, min(s + _SELECT_CHUNK, hi)):
+                sc = _pair_score(G[j] - gr, hr + hq[j] - 2.0 * a2 * np.float64(Kr[j]), gamma[j])
+                if order_key(sc) == key and (not held or slot_of[j] >= 0):
+                    return j
+    return -1
+
+
+@njit(cache=True, inline="always")
+def _pair_score(d, h, mass):
+    """d^2 / h for a row with mass and d = G_q - G_r > 0 (h floored at _TAU), else 0."""
+    return d * d / max(h, _TAU) if mass > 0.0 and d > 0.0 else 0.0
+
+
+@njit(cache=True)
 def _first_at(G, gamma, slot_of, lo, hi, ext, v, mass, held):
     """The first row j in lo..hi-1 with G_j = v (and gamma_j > 0 if ``mass``, a cached row if
     ``held``), searched in the first chunk of :func:`_update_select` whose extremum ``ext[c]``
@@ -332,7 +375,11 @@ def _smo(kernel, cache, diag, rows, v, y, cached_pair, inv_w, lam, gamma, G, m_p
     computes no kernel row. Every step is still an exact line minimisation along a violating
     pair, and the stopping rule is checked on the maximal violation, so the optimum and its
     certificate are those of the maximal pairs (a constant-factor working set, as in the
-    convergence analyses of SMO-type methods); only the path changes.
+    convergence analyses of SMO-type methods); only the path changes. With such a cache the
+    second row of the pair is then LIBSVM's second-order choice given r (:func:`_second_order_q`,
+    one more vectorised pass over the class): fewer updates, so fewer rows computed beyond the
+    cache (magic, 14 000 rows, 3744 cached: 104 000 -> 58 000 updates, 1.83-1.87 -> 1.46-1.49 s;
+    at lam = 0.01 8.0 -> 5.0 s; with every row cached it did not pay: 5000 rows 0.21 -> 0.24 s).
 
     ``kernel``: kernel rows from the row cache ``cache`` (``diag`` = k(x_i, x_i)); otherwise the
     linear primal on ``rows`` (:class:`~margindist.solvers._rows.Rows`, dense or CSR, no bias column;
@@ -350,6 +397,7 @@ def _smo(kernel, cache, diag, rows, v, y, cached_pair, inv_w, lam, gamma, G, m_p
     gmin_n, gmax_n, r_n, q_n = _select_range(G, gamma, m_pos, m)
     partial = kernel and cache.slots.shape[0] < m and cached_pair > 0.0
     slots = cache.slot_of if partial else np.zeros(0, dtype=np.int64)
+    hq = a * diag + 2.0 * lam * inv_w if partial else np.zeros(0)  # the pair curvature's terms
     rc_p = qc_p = rc_n = qc_n = -1
     n_hist = n_hist0
     it = it0
@@ -378,6 +426,11 @@ def _smo(kernel, cache, diag, rows, v, y, cached_pair, inv_w, lam, gamma, G, m_p
         yc = y[r]
         if kernel:
             Kr = cache_row(cache, r)
+            if partial:  # LIBSVM's second-order choice of q (fewer updates, fewer rows computed)
+                q2 = _second_order_q(G, gamma, hq, Kr, r, 0 if r < m_pos else m_pos, m_pos if r < m_pos else m,
+                                     a, slots, cached_pair)
+                if q2 >= 0:
+                    q, g_q = q2, G[q2]
             Kq = cache_row(cache, q)  # the LRU keeps r's slot: it was used last
             dist_sq = diag[r] + diag[q] - 2.0 * np.float64(Kr[q])
             eps, d_obj = _pair_step(gamma, G, inv_w, lam, g_r, g_q, dist_sq, r, q)
