@@ -466,6 +466,16 @@ def _apply_block(cache, idx, dB, nB, ps, pc, kv):
         _flush(cache.slots, ps, pc, n, kv)
 
 
+@njit(cache=True, inline="always")
+def _end_inner(stats, inner_stats, inner, tol):
+    """The end of an inner epoch over a block: the first one's projected-gradient extremes join
+    the sweep's ``stats``; True once the block's spread is at most tol (no more epochs)."""
+    if inner == 0:
+        stats[0] = max(stats[0], inner_stats[0])
+        stats[1] = min(stats[1], inner_stats[1])
+    return inner_stats[0] - inner_stats[1] <= tol
+
+
 @njit(cache=True)
 def _block_epochs(kp, qp, opts, a, rng, starts, nruns, run, idx, local, kvB, dB, ps, pc, group, stats):
     """Up to :data:`_BLOCK_INNER` epochs over one block (the runs ``starts[:nruns]``, samples
@@ -502,10 +512,7 @@ def _block_epochs(kp, qp, opts, a, rng, starts, nruns, run, idx, local, kvB, dB,
         if npend > 0:
             _flush_runs(cache.slots, ps, pc, npend, kvB, starts, nruns, run, m)
             npend = 0
-        if inner == 0:
-            stats[0] = max(stats[0], inner_stats[0])
-            stats[1] = min(stats[1], inner_stats[1])
-        if inner_stats[0] - inner_stats[1] <= opts.tol:
+        if _end_inner(stats, inner_stats, inner, opts.tol):
             break
     _apply_block(cache, idx, dB, nB, ps, pc, kp.kv)
 
@@ -673,10 +680,7 @@ def _pulled_epochs(kp, qp, opts, a, rng, pw, nB, pg_old, stats):
         if npend > 0:
             _flush(pw.KB, pw.pl, pw.pc, npend, pw.kvB[:nB])
             npend = 0
-        if inner == 0:
-            stats[0] = max(stats[0], inner_stats[0])
-            stats[1] = min(stats[1], inner_stats[1])
-        if inner_stats[0] - inner_stats[1] <= opts.tol:
+        if _end_inner(stats, inner_stats, inner, opts.tol):
             break
 
 
