@@ -316,12 +316,16 @@ def test_pair_steps_reach_the_optimum(rng, bias, ldm):
 
 @pytest.mark.parametrize("singles", [True, False])
 def test_pair_scan_against_numpy(rng, singles):
-    """The gradient the pair steps keep, and one scan of it (on a shuffled active subset): the
-    spread of the projected gradient, LIBSVM's first pair variable and the extremes up / low,
-    and (``singles``) the best exact single-variable step, all against a NumPy computation from
-    the dense Q; without ``singles`` the single step is not worked out and the rest is the same.
-    Then a pair step and a single step on G, and kv back from G."""
-    from margindist.solvers.dcd import BoxQP, KernelPath, _gradient_of, _pair_scan, _pair_step, _single_step
+    """The gradient the pair steps keep, and one scan of it on an active subset in the compact
+    arrays: the spread of the projected gradient, LIBSVM's first pair variable and the extremes
+    up / low, and (``singles``) the best exact single-variable step, all against a NumPy
+    computation from the dense Q; the vectorised scan gives the same; without ``singles`` the
+    single step is not worked out. Then the second-order partner (with and without cached rows
+    preferred), a pair step and a single step on the active gradient (rows gathered at the
+    positions), a shrinking pass, the gradient of every variable brought back, and kv from G."""
+    from margindist.solvers.dcd import (BoxQP, KernelPath, _gather, _gradient_of, _load, _new_active,
+                                        _pair_partner, _pair_scan, _pair_step, _shrink_pairs, _single_step,
+                                        _unshrink, _violations)
 
     m = 60
     X = rng.normal(size=(m, 3))
@@ -335,42 +339,74 @@ def test_pair_scan_against_numpy(rng, singles):
     kv, sb = K @ (y * a), np.array([y @ a])
     kp = KernelPath(cache.state, kv, sb, o, 1.0)
     qp = BoxQP(y, np.diag(K) + 1.0, D, p, U)
-    index = rng.permutation(m)
-    n_act = 45
+    act = np.sort(rng.permutation(m)[:45])
     Q = y[:, None] * (K + 1.0) * y[None, :]
     G = np.empty(m)
     _gradient_of(kp, qp, a, G, True)
     g = Q @ a + o + D * a + p
     np.testing.assert_allclose(G, g, atol=1e-12)
-    spread, k, gain, i, up, low = _pair_scan(G, qp, a, index, n_act, singles)
+    A = _new_active(m)
+    n = _load(A, qp, a, G, act)
+    a_sync, G_sync = a.copy(), G.copy()
+    spread, k, gain, i, up, low = _pair_scan(A, n, qp, a, singles)
+    assert _violations(A, n) == (spread, i, up, low)
 
-    act = index[:n_act]
     pg = np.where(a <= 0, np.minimum(g, 0), np.where(a >= U, np.maximum(g, 0), g))[act]
     assert spread == pytest.approx(max(pg.max(), 0) - min(pg.min(), 0), abs=1e-12)
     v = -y * g
     may_up = ((y > 0) & (a < U)) | ((y < 0) & (a > 0))
     may_down = ((y > 0) & (a > 0)) | ((y < 0) & (a < U))
     ups = [t for t in act if may_up[t]]
-    assert i == ups[int(np.argmax(v[ups]))] and up == pytest.approx(v[ups].max(), abs=1e-12)
+    assert A.idx[i] == ups[int(np.argmax(v[ups]))] and up == pytest.approx(v[ups].max(), abs=1e-12)
     assert low == pytest.approx(min(v[t] for t in act if may_down[t]), abs=1e-12)
     h = np.diag(K) + 1.0 + D
     step = np.clip(a - g / h, 0, U) - a
     dec = -(g * step + 0.5 * h * step * step)
     if singles:
-        assert k == act[int(np.argmax(dec[act]))] and gain == pytest.approx(dec[act].max(), rel=1e-12)
+        assert A.idx[k] == act[int(np.argmax(dec[act]))] and gain == pytest.approx(dec[act].max(), rel=1e-12)
     else:
         assert (k, gain) == (-1, 0.0)
+
+    ki = A.idx[i]
+    b = up + y[act] * g[act]
+    score = np.where(may_down[act] & (b > 0), b * b / np.maximum(h[ki] + h[act] - 2 * (K[ki, act] + 1), 1e-12), 0)
+    ri = _gather(K[ki], A, n, A.ri)
+    j, t, _ = _pair_partner(A, n, qp, a, i, up, ri, 1.0, 0.7)
+    assert A.idx[j] == act[int(np.argmax(score))]
+    held = rng.random(n) < 0.5
+    held[j] = False
+    A.held[:n] = held
+    j_c, _, _ = _pair_partner(A, n, qp, a, i, up, ri, 1.0, 0.7)
+    best_held = int(np.argmax(np.where(held, score, 0)))
+    assert j_c == (best_held if score[best_held] >= 0.49 * score.max() else j)
+    A.held[:] = 0
+
     a_pair = a.copy()
-    a_pair[3] += y[3] * 0.25
-    a_pair[7] -= y[7] * 0.25
-    _pair_step(G, qp, a, 3, 7, 0.25, K[3], K[7])
+    ki, kj = A.idx[i], A.idx[j]
+    a_pair[ki] += y[ki] * 0.25
+    a_pair[kj] -= y[kj] * 0.25
+    _pair_step(A, n, qp, a, i, j, 0.25, ri, _gather(K[kj], A, n, A.rj))
     np.testing.assert_array_equal(a, a_pair)
-    np.testing.assert_allclose(G, Q @ a + o + D * a + p, atol=1e-12)
-    target = np.clip(a[11] - G[11] / h[11], 0.0, U[11])  # the exact projected step on variable 11
-    _single_step(G, qp, a, 11, K[11], 1.0, sb)
-    assert a[11] == pytest.approx(target, abs=1e-15)
-    np.testing.assert_allclose(G, Q @ a + o + D * a + p, atol=1e-12)
+    g = Q @ a + o + D * a + p
+    np.testing.assert_allclose(A.G[:n], g[act], atol=1e-12)
+    kk = A.idx[11]
+    target = np.clip(a[kk] - g[kk] / h[kk], 0.0, U[kk])  # the exact projected step on position 11
+    _single_step(A, n, qp, a, 11, _gather(K[kk], A, n, A.rj), 1.0, sb)
+    assert a[kk] == pytest.approx(target, abs=1e-15)
+    g = Q @ a + o + D * a + p
+    np.testing.assert_allclose(A.G[:n], g[act], atol=1e-12)
     assert sb[0] == pytest.approx(y @ a, abs=1e-12)
+    at_bound = (a <= 0) | (a >= U)
+    n_left, _, _ = _shrink_pairs(A, qp, a, n, up, low, -1, -1)  # (up, low of the scan before the steps)
+    left = A.idx[:n_left]
+    assert np.all(np.diff(left) > 0) and np.all(A.pos[left] == np.arange(n_left))
+    gone = np.setdiff1d(act, left)
+    assert np.all(at_bound[gone]) and np.all(A.pos[gone] == -1)
+    np.testing.assert_allclose(A.G[:n_left], g[left], atol=1e-12)
+    assert _unshrink(kp, qp, a, a_sync, G_sync, A) == m  # every gradient, the shrunk ones too
+    np.testing.assert_allclose(A.G[:m], g, atol=1e-12)
+    np.testing.assert_array_equal(A.idx, np.arange(m))
+    G = A.G.copy()
     _gradient_of(kp, qp, a, G, False)
     np.testing.assert_allclose(kv, K @ (y * a), atol=1e-12)
 
