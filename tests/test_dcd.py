@@ -314,6 +314,29 @@ def test_pair_steps_reach_the_optimum(rng, bias, ldm):
         dcd_kernel(y, D, p, np.inf, n_var=2 * m, gram=K, selection="pairs")
 
 
+def test_pair_steps_with_empty_boxes(rng):
+    """Variables whose box is [0, 0] (LDM's hinge dual at zero sample weights) can move neither
+    way: the pair steps end on scipy's optimum with them at 0, which is the optimum of the
+    problem without them, with and without shrinking and with a partial cache."""
+    X, y, n_var, D, p, U = _problem(rng, m=150, two_sided=False, finite_box=True)
+    m = X.shape[0]
+    K = resolve_kernel("rbf", X, gamma=0.3)(X)
+    D[:], p[:], U[:] = 0.0, -1.0, 10.0
+    empty = rng.random(m) < 0.2
+    U[empty] = 0.0
+    Q = (y[:, None] * (K + 1.0)) * y[None, :]
+    ref, f = _reference(Q, D, p, U, m)
+    keep = ~empty
+    sub = dcd_kernel(y[keep], D[keep], p[keep], U[keep], n_var=int(keep.sum()), gram=K[np.ix_(keep, keep)],
+                     bias=1.0, tol=1e-10, max_iter=100000, selection="pairs")
+    small = KernelRowCache(KernelSpec("precomputed"), K, max_bytes=25 * 8 * m)
+    for kw in (dict(gram=K), dict(gram=K, shrinking=False), dict(cache=small)):
+        res = dcd_kernel(y, D, p, U, n_var=m, bias=1.0, tol=1e-10, max_iter=100000, selection="pairs", **kw)
+        assert res.converged and np.all(res.a[empty] == 0.0)
+        assert f(res.a) == pytest.approx(ref, rel=1e-7, abs=1e-9)
+        np.testing.assert_allclose(res.a[keep], sub.a, atol=1e-6)
+
+
 @pytest.mark.parametrize("singles", [True, False])
 def test_pair_scan_against_numpy(rng, singles):
     """The gradient the pair steps keep, and one scan of it on an active subset in the compact
