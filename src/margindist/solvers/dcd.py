@@ -844,6 +844,7 @@ _UP, _LOW, _OFF_LO, _OFF_HI = 1, 2, 4, 8
 
 
 def _new_active(m: int) -> _Active:
+    """The work arrays of :func:`_kernel_pairs` for m variables."""
     ints = [np.zeros(m, dtype=np.int64) for _ in range(4)]
     floats = [np.zeros(m) for _ in range(5)]
     keys = np.zeros((2, max(1, -(-m // _PAIR_CHUNK))), dtype=np.int64)
@@ -1100,8 +1101,8 @@ def _shrink_pairs(act, qp, a, n, up, low, i, k):
     back if it is needed. (Keeping such variables in the scans, LDM at C = 100 on 14 000 rows of
     magic scanned 6800 variables a step on average instead of 2800, in 91 000 steps instead of
     105 000: 6.2 s against 4.5 s, the same dual value. Shrinking after the step instead, with
-    the scan's extremes one step old, took 40-60 % more steps there.) Returns the new count and
-    the new positions of i and k."""
+    the scan's extremes one step old, took 70 % more steps there: 12 epochs against 7.) Returns
+    the new count and the new positions of i and k."""
     w, i_new, k_new = 0, -1, -1
     for p in range(n):
         kv = act.idx[p]
