@@ -368,7 +368,7 @@ def test_pair_scan_against_numpy(rng, singles):
     _gradient_of(kp, qp, a, G, True)
     g = Q @ a + o + D * a + p
     np.testing.assert_allclose(G, g, atol=1e-12)
-    A = _new_active(m)
+    A = _new_active(m, np.float64)
     n = _load(A, qp, a, G, act)
     a_sync, G_sync = a.copy(), G.copy()
     spread, k, gain, i, up, low = _pair_scan(A, n, qp, a, singles)
@@ -393,7 +393,7 @@ def test_pair_scan_against_numpy(rng, singles):
     ki = A.idx[i]
     b = up + y[act] * g[act]
     score = np.where(may_down[act] & (b > 0), b * b / np.maximum(h[ki] + h[act] - 2 * (K[ki, act] + 1), 1e-12), 0)
-    ri = _gather(K[ki], A, n, A.ri)
+    ri = _gather(K[ki], A, n, np.empty(m))
     j, t, _ = _pair_partner(A, n, qp, a, i, up, ri, 1.0, 0.7)
     assert A.idx[j] == act[int(np.argmax(score))]
     held = rng.random(n) < 0.5
@@ -408,13 +408,13 @@ def test_pair_scan_against_numpy(rng, singles):
     ki, kj = A.idx[i], A.idx[j]
     a_pair[ki] += y[ki] * 0.25
     a_pair[kj] -= y[kj] * 0.25
-    _pair_step(A, n, qp, a, i, j, 0.25, ri, _gather(K[kj], A, n, A.rj))
+    _pair_step(A, n, qp, a, i, j, 0.25, ri, _gather(K[kj], A, n, np.empty(m)))
     np.testing.assert_array_equal(a, a_pair)
     g = Q @ a + o + D * a + p
     np.testing.assert_allclose(A.G[:n], g[act], atol=1e-12)
     kk = A.idx[11]
     target = np.clip(a[kk] - g[kk] / h[kk], 0.0, U[kk])  # the exact projected step on position 11
-    _single_step(A, n, qp, a, 11, _gather(K[kk], A, n, A.rj), 1.0, sb)
+    _single_step(A, n, qp, a, 11, _gather(K[kk], A, n, np.empty(m)), 1.0, sb)
     assert a[kk] == pytest.approx(target, abs=1e-15)
     g = Q @ a + o + D * a + p
     np.testing.assert_allclose(A.G[:n], g[act], atol=1e-12)
@@ -432,6 +432,40 @@ def test_pair_scan_against_numpy(rng, singles):
     G = A.G.copy()
     _gradient_of(kp, qp, a, G, False)
     np.testing.assert_allclose(kv, K @ (y * a), atol=1e-12)
+
+
+def test_compact_rows_follow_the_active_positions(rng):
+    """The store of compact rows gives kernel row k at the active positions, from the store
+    while the layout holds (no request to the row cache), gathered again after the positions
+    change, and never overwrites the slot it is told to keep."""
+    from margindist.solvers.dcd import BoxQP, _compact_row, _load, _new_active, _new_layout
+
+    m = 40
+    X = rng.normal(size=(m, 3))
+    K = resolve_kernel("rbf", X, gamma=0.5)(X)
+    cache = KernelRowCache(KernelSpec("precomputed"), K, max_bytes=10 * 8 * m)
+    y = np.where(rng.random(m) < 0.5, -1.0, 1.0)
+    qp = BoxQP(y, np.ones(m), np.zeros(m), -np.ones(m), np.ones(m))
+    A = _new_active(m, np.float64)
+    act = np.sort(rng.permutation(m)[:25])
+    n = _load(A, qp, np.zeros(m), np.zeros(m), act)
+    st = cache.state
+    for k in (3, 17, 3, 30, 17):
+        np.testing.assert_array_equal(_compact_row(st, A, n, k, -1), K[k, act])
+    assert st.counters[0] == 3  # three distinct rows requested once each
+    keep = A.cslot[3]
+    A.meta[1] = keep  # the next slot to fill is the kept one: the row goes to the one after
+    np.testing.assert_array_equal(_compact_row(st, A, n, 5, keep), K[5, act])
+    assert A.cslot[5] != keep
+    np.testing.assert_array_equal(_compact_row(st, A, n, 3, -1), K[3, act])
+    A.idx[:20] = act[5:]  # fewer positions: a new layout, the rows are gathered again
+    _new_layout(A, 20)
+    requests = st.counters[0]
+    np.testing.assert_array_equal(_compact_row(st, A, 20, 3, -1), K[3, act[5:]])
+    assert st.counters[0] == requests + 1
+    A.meta[3] = 2  # two slots: the store runs round
+    for k in (1, 2, 3, 4, 1):
+        np.testing.assert_array_equal(_compact_row(st, A, 20, k, -1), K[k, act[5:]])
 
 
 def test_pair_steps_need_far_fewer_steps_along_the_stiff_direction(rng):
