@@ -434,6 +434,57 @@ def test_pair_scan_against_numpy(rng, singles):
     np.testing.assert_allclose(kv, K @ (y * a), atol=1e-12)
 
 
+def test_vectorised_scans_agree_with_the_scalar_ones():
+    """The vectorised scan of the pair steps (extrema over integer keys by chunks, the first
+    position attaining the largest found in its chunk) gives the scalar scan's spread, up, low
+    and first pair variable, and the vectorised partner choice the scalar argmax of the scores
+    (cached rows preferred or not): over active sets longer than a chunk, gradients with ties
+    and both signs of zero, variables free, at either bound or in an empty box."""
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import strategies as st
+
+    from margindist.solvers.dcd import _PAIR_CHUNK, BoxQP, _load, _new_active, _pair_partner, _pair_scan, _violations
+
+    @hypothesis.settings(max_examples=40, deadline=None, derandomize=True)
+    @hypothesis.given(st.integers(1, 3 * _PAIR_CHUNK + 7), st.integers(0, 2**32 - 1), st.booleans())
+    def check(n, seed, ties):
+        rng = np.random.default_rng(seed)
+        m = n + 5
+        y = np.where(rng.random(m) < 0.5, -1.0, 1.0)
+        U = np.where(rng.random(m) < 0.05, 0.0, 1.0)
+        a = np.choose(rng.integers(0, 3, m), [np.zeros(m), U, 0.5 * U])
+        G = np.round(rng.normal(size=m), 1) if ties else rng.normal(size=m)
+        G[rng.random(m) < 0.05] = 0.0
+        G[rng.random(m) < 0.05] = -0.0
+        qp = BoxQP(y, rng.uniform(1.0, 2.0, m), np.zeros(m), -np.ones(m), U)
+        A = _new_active(m, np.float64)
+        k = _load(A, qp, a, G, np.sort(rng.permutation(m)[:n]))
+        spread, _, _, i, up, low = _pair_scan(A, k, qp, a, False)
+        v_spread, v_i, v_up, v_low = _violations(A, k)
+        assert (v_spread, v_up, v_low) == (spread, up, low)
+        if i < 0:
+            assert v_i == -1
+        else:  # the same value; the same position unless -0.0 and +0.0 tie for it
+            assert A.st[v_i] & 1 and -A.y[v_i] * A.G[v_i] == up
+            assert v_i == i or up == 0.0
+            ri = rng.uniform(-1.0, 1.0, m)
+            A.held[:k] = rng.random(k) < 0.5
+            j, t, dec = _pair_partner(A, k, qp, a, i, up, ri, 1.0, 0.7)
+            b = up + A.y[:k] * A.G[:k]
+            h = np.maximum(A.hd[i] + A.hd[:k] - 2.0 * (ri[:k] + 1.0), 1e-12)
+            score = np.where((A.st[:k] & 2 > 0) & (b > 0), b * b / h, 0.0)
+            if score.max() == 0.0:
+                assert j == -1
+                return
+            best = int(np.argmax(score))
+            held = np.where(A.held[:k] > 0, score, 0.0)
+            best_c = int(np.argmax(held))
+            use_c = held[best_c] > 0 and not A.held[best] and held[best_c] >= 0.7 * 0.7 * score[best]
+            assert j == (best_c if use_c else best)
+
+    check()
+
+
 def test_compact_rows_follow_the_active_positions(rng):
     """The store of compact rows gives kernel row k at the active positions, from the store
     while the layout holds (no request to the row cache), gathered again after the positions
