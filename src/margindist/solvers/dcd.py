@@ -932,8 +932,8 @@ def _gather(row, act, n, out):
 def _compact_row(cache, act, n, k, keep):
     """Kernel row k at the n active positions, from the store of compact rows when it holds the
     row in the current layout, else gathered from the row cache into the next slot (first in,
-    first out; never the slot ``keep``, a row still in use). The scans then read 4n bytes of
-    float32 from the store instead of the cache lines of the whole row."""
+    first out; never the slot ``keep``, a row still in use). The scans then read n contiguous
+    values from the store instead of the cache lines of the whole row."""
     gen, slen, n_slots = act.meta[0], act.meta[2], act.meta[3]
     s = act.cslot[k]
     if s >= 0 and act.cgen[s] == gen:
@@ -1219,8 +1219,7 @@ def _partner_of(kp, qp, a, act, n, i, up, partial, misses):
     a row has entered the cache since ``misses[0]`` (the cache's miss count)."""
     cache = kp.cache
     whole = n == qp.y.shape[0]
-    row_i = cache_row(cache, act.idx[i]) if whole else cache.slots[0][:0]
-    ri = row_i if whole else _compact_row(cache, act, n, act.idx[i], -1)
+    ri = cache_row(cache, act.idx[i]) if whole else _compact_row(cache, act, n, act.idx[i], -1)
     if partial and cache.counters[2] != misses[0]:
         misses[0] = cache.counters[2]
         _refresh_held(act, n, cache.slot_of)
