@@ -14,7 +14,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-__all__ = ["bits_of_float64", "float32_from_bits", "float64_from_bits", "from_order_key", "order_key"]
+__all__ = ["KEY_INF", "KEY_NEG_INF", "bits_of_float64", "float32_from_bits", "float64_from_bits", "from_order_key",
+           "order_key"]
 
 
 @intrinsic
@@ -42,6 +43,10 @@ def bits_of_float64(typingctx, x):
 
 
 _LOW_63 = np.int64(0x7FFFFFFFFFFFFFFF)
+#: The order keys of +inf and -inf: the identities of min and max reductions over keys (+inf is
+#: positive, so its key is its bits; the key of -x is the complement of x's).
+KEY_INF = int(np.array(np.inf).view(np.int64))
+KEY_NEG_INF = ~KEY_INF
 
 
 @njit(inline="always")

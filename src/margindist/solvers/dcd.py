@@ -57,7 +57,7 @@ import numpy as np
 from numba import njit
 from sklearn.exceptions import ConvergenceWarning
 
-from .._bits import bits_of_float64, float64_from_bits, from_order_key, order_key
+from .._bits import KEY_INF, KEY_NEG_INF, bits_of_float64, float64_from_bits, from_order_key, order_key
 from ..kernels import KernelRowCache, cache_row, compute_kernel_row
 from ._result import SolverResult
 from ._rows import make_rows, rng_shuffle, row_axpy, row_dot, row_sq_norms, rows_tdot, seed_from
@@ -824,10 +824,6 @@ _PAIR_CACHED = 0.7
 #: Positions per chunk of the pair scans: each chunk's extremum is kept, so the first position
 #: that attains the extremum is searched for in one chunk only.
 _PAIR_CHUNK = 256
-#: The order keys (:func:`~margindist._bits.order_key`) of +inf and -inf, the identities of the
-#: scans' min and max reductions.
-_KEY_INF = int(np.array(np.inf).view(np.int64))
-_KEY_NEG_INF = ~_KEY_INF
 
 #: The active variables of :func:`_kernel_pairs` in compact arrays, in increasing order of index
 #: (LIBSVM moves them to the front; here they are copied): the variable at each position
@@ -993,20 +989,20 @@ def _violations(act, n):
     the first position attaining ``up`` is then found in its chunk. PG > 0 needs a variable off
     its lower bound, PG < 0 one off its upper bound."""
     ck = act.keys[0]
-    kup, klow, khi, klo = _KEY_NEG_INF, _KEY_INF, _KEY_NEG_INF, _KEY_INF
+    kup, klow, khi, klo = KEY_NEG_INF, KEY_INF, KEY_NEG_INF, KEY_INF
     for c in range(-(-n // _PAIR_CHUNK)):
         s = c * _PAIR_CHUNK
         e = min(s + _PAIR_CHUNK, n)
         G, y, st = act.G[s:e], act.y[s:e], act.st[s:e]
-        cu, cl, ch, cw = _KEY_NEG_INF, _KEY_INF, _KEY_NEG_INF, _KEY_INF
+        cu, cl, ch, cw = KEY_NEG_INF, KEY_INF, KEY_NEG_INF, KEY_INF
         for p in range(e - s):
             kg = order_key(G[p])
             kv = ~kg if y[p] > 0.0 else kg  # the key of -y g
             b = st[p]
-            cu = max(cu, kv if b & _UP else _KEY_NEG_INF)
-            cl = min(cl, kv if b & _LOW else _KEY_INF)
-            ch = max(ch, kg if b & _OFF_LO else _KEY_NEG_INF)
-            cw = min(cw, kg if b & _OFF_HI else _KEY_INF)
+            cu = max(cu, kv if b & _UP else KEY_NEG_INF)
+            cl = min(cl, kv if b & _LOW else KEY_INF)
+            ch = max(ch, kg if b & _OFF_LO else KEY_NEG_INF)
+            cw = min(cw, kg if b & _OFF_HI else KEY_INF)
         ck[c] = cu
         kup, klow, khi, klo = max(kup, cu), min(klow, cl), max(khi, ch), min(klo, cw)
     spread = max(from_order_key(khi), 0.0) - min(from_order_key(klo), 0.0)
@@ -1017,7 +1013,7 @@ def _violations(act, n):
 def _first_up(act, n, key):
     """The first position that may move by +y whose -y g has the order key ``key`` (-1: none),
     in the first chunk of :func:`_violations` whose maximum is ``key``."""
-    if key == _KEY_NEG_INF:
+    if key == KEY_NEG_INF:
         return -1
     for c in range(-(-n // _PAIR_CHUNK)):
         if act.keys[0, c] == key:

@@ -69,7 +69,7 @@ import scipy.linalg as sla
 import scipy.sparse as sp
 from numba import njit
 
-from .._bits import from_order_key, order_key
+from .._bits import KEY_INF, KEY_NEG_INF, from_order_key, order_key
 from ..kernels import (
     DEFAULT_CACHE_BYTES,
     KernelRowCache,
@@ -146,12 +146,6 @@ class KMOMDResult(SolverResult):
 #: that attains an extremum is searched for in one chunk only.
 _SELECT_CHUNK = 256
 
-#: The order keys (:func:`~margindist._bits.order_key`) of +inf and -inf: the identities of the
-#: chunks' min and max reductions.
-#: (+inf is positive, so its key is its bits; the key of -x is the complement of x's.)
-_KEY_INF = int(np.array(np.inf).view(np.int64))
-_KEY_NEG_INF = ~_KEY_INF
-
 
 @njit(cache=True)
 def _update_select(G, gamma, lo, hi, Ka, Kb, k, slot_of):
@@ -178,26 +172,26 @@ def _update_select(G, gamma, lo, hi, Ka, Kb, k, slot_of):
         s = lo + c * _SELECT_CHUNK
         e = min(s + _SELECT_CHUNK, hi)
         Gs, gs, As, Bs = G[s:e], gamma[s:e], Ka[s:e], Kb[s:e]
-        lo_all, hi_mass, lo_c, hi_c = _KEY_INF, _KEY_NEG_INF, _KEY_INF, _KEY_NEG_INF
+        lo_all, hi_mass, lo_c, hi_c = KEY_INF, KEY_NEG_INF, KEY_INF, KEY_NEG_INF
         if cached:
             Ss = slot_of[s:e]
             for j in range(e - s):
                 g = Gs[j] + k * (np.float64(As[j]) - np.float64(Bs[j]))
                 Gs[j] = g
                 kg = order_key(g)
-                kq = kg if gs[j] > 0.0 else _KEY_NEG_INF
+                kq = kg if gs[j] > 0.0 else KEY_NEG_INF
                 lo_all = min(lo_all, kg)
                 hi_mass = max(hi_mass, kq)
                 held = Ss[j] >= 0
-                lo_c = min(lo_c, kg if held else _KEY_INF)
-                hi_c = max(hi_c, kq if held else _KEY_NEG_INF)
+                lo_c = min(lo_c, kg if held else KEY_INF)
+                hi_c = max(hi_c, kq if held else KEY_NEG_INF)
         else:
             for j in range(e - s):
                 g = Gs[j] + k * (np.float64(As[j]) - np.float64(Bs[j]))
                 Gs[j] = g
                 kg = order_key(g)
                 lo_all = min(lo_all, kg)
-                hi_mass = max(hi_mass, kg if gs[j] > 0.0 else _KEY_NEG_INF)
+                hi_mass = max(hi_mass, kg if gs[j] > 0.0 else KEY_NEG_INF)
         ext[0, c], ext[1, c] = from_order_key(lo_all), from_order_key(hi_mass)
         ext[2, c], ext[3, c] = from_order_key(lo_c), from_order_key(hi_c)
     gmin, gmax = ext[0].min(), ext[1].max()
