@@ -204,7 +204,7 @@ def test_a_pulled_block_works_on_exact_products(rng):
     idx = rng.permutation(m)[:nB]
     pw = dcd.PullWork(idx, np.arange(nB), np.empty(nB), np.empty((nB, nB)), np.zeros(nB, dtype=np.bool_), yg.copy(),
                       np.empty((8, m)), np.zeros(8, dtype=np.int64), np.zeros(8))
-    dcd._pull(cache.state, idx, nB, pw.yg, pw.kvB, pw.KB, pw.scratch)
+    dcd._pull(cache.state, idx, nB, pw.yg, pw.kvB, pw.KB, pw.scratch, dcd._support_work(cache.state, nB))
     np.testing.assert_allclose(pw.kvB, K[idx] @ yg, atol=1e-12)
     np.testing.assert_array_equal(pw.KB, K[np.ix_(idx, idx)])
     stats = np.array([-np.inf, np.inf])
@@ -217,6 +217,69 @@ def test_a_pulled_block_works_on_exact_products(rng):
     assert np.all(yg_new[np.setdiff1d(np.arange(m), idx)] == yg[np.setdiff1d(np.arange(m), idx)])
     assert 0 < pw.shr.sum() < nB
     assert np.all(a[idx[pw.shr]] == 0.0) and np.all(a[m + idx[pw.shr]] == 0.0)
+
+
+def _rbf32_cache(rng, m, d, n_slots):
+    """A float32 RBF row cache (rows computed in float32) of n_slots rows, and its full matrix
+    of the values it computes."""
+    from margindist.kernels import compute_kernel_row
+
+    X = rng.normal(size=(m, d))
+    cache = KernelRowCache(resolve_kernel("rbf", X, gamma=0.3), X, max_bytes=4 * m * n_slots, dtype=np.float32)
+    assert cache.state.X32.size and cache.n_slots == n_slots
+    K = np.empty((m, m), dtype=np.float32)
+    for i in range(m):
+        compute_kernel_row(cache.state, i, K[i])
+    return cache, K
+
+
+def test_rows_at_the_support_columns_are_the_rows_values(rng):
+    """A float32 RBF row computed at some columns only (any order, across chunks) has the
+    values of the whole row there, to the bit."""
+    from margindist.kernels import _ROW_CHUNK, rbf32_columns, rbf32_row_at
+
+    m = 2 * _ROW_CHUNK + 37
+    cache, K = _rbf32_cache(rng, m, 7, 4)
+    for n in (1, 5, _ROW_CHUNK + 3, m):
+        cols = rng.permutation(m)[:n]
+        XJ = np.empty((7, m + 1), dtype=np.float32)
+        rbf32_columns(cache.state, cols, n, XJ)
+        out = np.empty(m, dtype=np.float32)
+        for i in rng.choice(m, 5):
+            rbf32_row_at(cache.state, i, XJ, n, out)
+            np.testing.assert_array_equal(out[:n], K[i, cols])
+
+
+def test_a_pull_computes_rows_outside_the_cache_at_the_support_only(rng):
+    """With a cache that holds few rows, a pulled block's rows beyond it are computed at the
+    columns where Y gamma is not zero and the block's own: the products and the block's square
+    are those of the whole rows, and the final products over all rows too."""
+    from margindist.solvers import dcd
+
+    m, nB, n_slots = 300, 40, 25
+    cache, K = _rbf32_cache(rng, m, 6, n_slots)
+    K64 = K.astype(np.float64)
+    yg = rng.normal(size=m)
+    yg[rng.random(m) < 0.4] = 0.0
+    sw = dcd._support_work(cache.state, nB)
+    assert sw.XJ.shape == (6, m + 1)
+    scratch = np.empty((8, m), dtype=np.float32)
+    for _ in range(3):  # the first blocks fill the cache, the later ones compute compact rows
+        idx = rng.permutation(m)[:nB]
+        kvB, KB = np.empty(nB), np.empty((nB, nB), dtype=np.float32)
+        dcd._pull(cache.state, idx, nB, yg, kvB, KB, scratch, sw)
+        np.testing.assert_allclose(kvB, K64[idx] @ yg, rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(KB, K[np.ix_(idx, idx)])
+    assert cache.state.counters[3] == n_slots and cache.state.counters[2] == n_slots  # no row evicted
+    assert dcd._split_block(cache.state, idx, nB, sw)[1] > nB // 2  # most of the last block: compact rows
+    kv = np.empty(m)
+    dcd._all_products(cache.state, yg, kv, scratch, sw)
+    np.testing.assert_allclose(kv, K64 @ yg, rtol=1e-12, atol=1e-12)
+    # the whole rows, had there been no room for compact ones, give the same products
+    whole = dcd._support_work(cache.state, nB)._replace(XJ=np.empty((0, 0), dtype=np.float32))
+    kv_whole = np.empty(m)
+    dcd._all_products(cache.state, yg, kv_whole, scratch, whole)
+    np.testing.assert_allclose(kv_whole, kv, rtol=1e-12, atol=1e-12)
 
 
 def test_shrink_block_keeps_the_unvisited_samples_active(rng):

@@ -479,6 +479,33 @@ def compute_kernel_row(cache, i, out):
             ob[j] = o[j]
 
 
+@njit(cache=True)
+def rbf32_columns(cache, cols, n, XJ):
+    """XJ[:, :n] = the centred float32 features of rows cols[:n] (a cache whose RBF rows are
+    computed in float32: ``cache.X32`` not empty), for :func:`rbf32_row_at`. XJ is a float32
+    (d, n + 1) array or wider: column n is :func:`rbf32_row_at`'s."""
+    X32 = cache.X32
+    for f in range(X32.shape[0]):
+        src = X32[f]
+        dst = XJ[f]
+        for t in range(n):
+            dst[t] = src[cols[t]]
+
+
+@njit(cache=True)
+def rbf32_row_at(cache, i, XJ, n, out):
+    """out[t] = k(x_i, x_{cols[t]}) for t < n, the rows whose features :func:`rbf32_columns`
+    put in XJ: row i of the kernel at those columns only, the same float32 values as
+    :func:`compute_kernel_row` gives there (the same chunk function on the same features)."""
+    X32 = cache.X32
+    for f in range(X32.shape[0]):
+        XJ[f, n] = X32[f, i]
+    g32 = np.float32(cache.params[0])
+    for start in range(0, n, _ROW_CHUNK):
+        stop = min(start + _ROW_CHUNK, n)
+        rbf_chunk32(XJ, g32, n, start, stop, out[start:stop])
+
+
 @njit(cache=True, inline="always")
 def _unlink(links, counters, s):
     """Take slot s out of the recency list (``links[0]``: the previous, less recent slot;

@@ -58,7 +58,7 @@ from numba import njit
 from sklearn.exceptions import ConvergenceWarning
 
 from .._bits import KEY_INF, KEY_NEG_INF, bits_of_float64, float64_from_bits, from_order_key, order_key
-from ..kernels import KernelRowCache, cache_row, compute_kernel_row
+from ..kernels import KernelRowCache, cache_row, compute_kernel_row, rbf32_columns, rbf32_row_at
 from ._result import SolverResult
 from ._rows import make_rows, rng_shuffle, row_axpy, row_dot, row_sq_norms, rows_tdot, seed_from
 
@@ -599,44 +599,153 @@ def _held_row(cache, i, scratch, k):
 
 
 @njit(cache=True, inline="always")
-def _products8(cache, idx, t0, n, v, out, scratch):
-    """out[t0 + k] = <K[idx[t0 + k]], v> for k < n <= 8 in one pass over v; returns the eight
-    rows (the last one repeated when n < 8)."""
-    r0 = _held_row(cache, idx[t0], scratch, 0)
-    r1 = _held_row(cache, idx[t0 + 1], scratch, 1) if n > 1 else r0
-    r2 = _held_row(cache, idx[t0 + 2], scratch, 2) if n > 2 else r1
-    r3 = _held_row(cache, idx[t0 + 3], scratch, 3) if n > 3 else r2
-    r4 = _held_row(cache, idx[t0 + 4], scratch, 4) if n > 4 else r3
-    r5 = _held_row(cache, idx[t0 + 5], scratch, 5) if n > 5 else r4
-    r6 = _held_row(cache, idx[t0 + 6], scratch, 6) if n > 6 else r5
-    r7 = _held_row(cache, idx[t0 + 7], scratch, 7) if n > 7 else r6
+def _products8(cache, idx, ts, g0, n, v, out, scratch):
+    """out[t] = <K[idx[t]], v> for the n <= 8 positions t = ts[g0 + k], whole rows, in one pass
+    over v; returns the eight rows (the last one repeated when n < 8)."""
+    r0 = _held_row(cache, idx[ts[g0]], scratch, 0)
+    r1 = _held_row(cache, idx[ts[g0 + 1]], scratch, 1) if n > 1 else r0
+    r2 = _held_row(cache, idx[ts[g0 + 2]], scratch, 2) if n > 2 else r1
+    r3 = _held_row(cache, idx[ts[g0 + 3]], scratch, 3) if n > 3 else r2
+    r4 = _held_row(cache, idx[ts[g0 + 4]], scratch, 4) if n > 4 else r3
+    r5 = _held_row(cache, idx[ts[g0 + 5]], scratch, 5) if n > 5 else r4
+    r6 = _held_row(cache, idx[ts[g0 + 6]], scratch, 6) if n > 6 else r5
+    r7 = _held_row(cache, idx[ts[g0 + 7]], scratch, 7) if n > 7 else r6
     p = _dot8(r0, r1, r2, r3, r4, r5, r6, r7, v)
     for k in range(n):
-        out[t0 + k] = p[k]
+        out[ts[g0 + k]] = p[k]
     return (r0, r1, r2, r3, r4, r5, r6, r7)
 
 
-@njit(cache=True)
-def _pull(cache, idx, nB, yg, kvB, KB, scratch):
-    """kvB = K[idx, :] yg (exact) and KB = K[idx, idx], eight rows at a time: their products,
-    then their entries on the block while the rows are still in the processor's cache."""
-    for t0 in range(0, nB, 8):
-        n = min(8, nB - t0)
-        rows = _products8(cache, idx, t0, n, yg, kvB, scratch)
-        for k in range(n):
-            row = rows[k]
-            out = KB[t0 + k]
-            for u in range(nB):
-                out[u] = row[idx[u]]
+@njit(cache=True, inline="always")
+def _compact8(cache, idx, ts, g0, n, sw, nJ, out, scratch):
+    """The same at the ``nJ`` support columns of ``sw`` (:func:`_support_columns`) only: rows
+    outside the cache computed there into ``scratch``, their products with Y gamma at those
+    columns; returns the eight compact rows."""
+    for k in range(n):
+        rbf32_row_at(cache, idx[ts[g0 + k]], sw.XJ, nJ, scratch[k])
+    r0 = scratch[0, :nJ]
+    r1 = scratch[1, :nJ] if n > 1 else r0
+    r2 = scratch[2, :nJ] if n > 2 else r1
+    r3 = scratch[3, :nJ] if n > 3 else r2
+    r4 = scratch[4, :nJ] if n > 4 else r3
+    r5 = scratch[5, :nJ] if n > 5 else r4
+    r6 = scratch[6, :nJ] if n > 6 else r5
+    r7 = scratch[7, :nJ] if n > 7 else r6
+    p = _dot8(r0, r1, r2, r3, r4, r5, r6, r7, sw.ygJ[:nJ])
+    for k in range(n):
+        out[ts[g0 + k]] = p[k]
+    return (r0, r1, r2, r3, r4, r5, r6, r7)
+
+
+@njit(cache=True, inline="always")
+def _block_entries(rows, ts, g0, n, at, nB, KB):
+    """KB[t, u] = rows[k][at[u]] for u < nB, the n rows of the group at t = ts[g0 + k]."""
+    for k in range(n):
+        row = rows[k]
+        out = KB[ts[g0 + k]]
+        for u in range(nB):
+            out[u] = row[at[u]]
 
 
 @njit(cache=True)
-def _all_products(cache, yg, kv, scratch):
-    """kv = K yg over every row."""
+def _split_block(cache, idx, nB, sw):
+    """The positions of the block's rows that are read whole (``sw.tfull``: cached, or cached
+    now while the cache has free slots, as :func:`_held_row` does; every row where ``sw`` has
+    no room for compact rows) and of those computed at the support columns only
+    (``sw.tcomp``), in the block's order. Returns their numbers."""
+    free = cache.slots.shape[0] - cache.counters[3]
+    compact = sw.XJ.shape[0] > 0
+    nf = nc = 0
+    for t in range(nB):
+        cached = cache.slot_of[idx[t]] >= 0
+        if cached or free > 0 or not compact:
+            free -= 0 if cached else 1
+            sw.tfull[nf] = t
+            nf += 1
+        else:
+            sw.tcomp[nc] = t
+            nc += 1
+    return nf, nc
+
+
+@njit(cache=True)
+def _support_columns(cache, yg, idx, nB, sw):
+    """The columns a row computed for the block needs: those where Y gamma is not zero (the
+    others add nothing to a product with it), and the block's own (for K[block, block]), in
+    ``sw.cols``; Y gamma there in ``sw.ygJ``, their centred features in ``sw.XJ`` and each block
+    row's column in ``sw.posB``. Returns their number."""
+    n = 0
+    for j in range(yg.shape[0]):
+        if yg[j] != 0.0:
+            sw.cols[n] = j
+            sw.pos_of[j] = n
+            sw.ygJ[n] = yg[j]
+            n += 1
+    for u in range(nB):
+        j = idx[u]
+        if yg[j] != 0.0:
+            sw.posB[u] = sw.pos_of[j]
+        else:
+            sw.cols[n] = j
+            sw.posB[u] = n
+            sw.ygJ[n] = 0.0
+            n += 1
+    rbf32_columns(cache, sw.cols, n, sw.XJ)
+    return n
+
+
+@njit(cache=True)
+def _pull(cache, idx, nB, yg, kvB, KB, scratch, sw, entries=True):
+    """kvB = K[idx, :] yg (exact) and, with ``entries``, KB = K[idx, idx], eight rows at a time:
+    their products, then their entries on the block while the rows are still in the
+    processor's cache. Rows outside the cache (that it has no free slot for) are computed at
+    the support columns only (:func:`_support_columns`) where the cache computes RBF rows in
+    float32 (``sw.XJ`` not empty): at 14 000 rows of magic a quarter of ODM's duals are zero."""
+    nf, nc = _split_block(cache, idx, nB, sw)
+    for g0 in range(0, nf, 8):
+        n = min(8, nf - g0)
+        rows = _products8(cache, idx, sw.tfull, g0, n, yg, kvB, scratch)
+        if entries:
+            _block_entries(rows, sw.tfull, g0, n, idx, nB, KB)
+    if nc == 0:
+        return
+    nJ = _support_columns(cache, yg, idx, nB, sw)
+    for g0 in range(0, nc, 8):
+        n = min(8, nc - g0)
+        rows = _compact8(cache, idx, sw.tcomp, g0, n, sw, nJ, kvB, scratch)
+        if entries:
+            _block_entries(rows, sw.tcomp, g0, n, sw.posB, nB, KB)
+
+
+@njit(cache=True)
+def _all_products(cache, yg, kv, scratch, sw):
+    """kv = K yg over every row, in blocks of the size of ``sw``'s."""
     m = kv.shape[0]
-    idx = np.arange(m)
-    for t0 in range(0, m, 8):
-        _products8(cache, idx, t0, min(8, m - t0), yg, kv, scratch)
+    size = sw.tfull.shape[0]
+    for s0 in range(0, m, size):
+        nB = min(size, m - s0)
+        _pull(cache, np.arange(s0, s0 + nB), nB, yg, kv[s0:s0 + nB], scratch[:0], scratch, sw, False)
+
+
+#: Rows computed at the support columns only (:func:`_pull`): the positions of the block's rows
+#: read whole and computed (``tfull``, ``tcomp``), the support columns ``cols``, each column's
+#: place among them ``pos_of`` (m,), Y gamma there ``ygJ``, each block row's column ``posB``,
+#: and their centred float32 features ``XJ`` (d, m + 1; (0, 0): no compact rows).
+SupportWork = namedtuple("SupportWork", ["tfull", "tcomp", "cols", "pos_of", "ygJ", "posB", "XJ"])
+
+#: Compact rows need a float32 copy of the features (d x (m + 1)): at most this many bytes.
+_SUPPORT_BYTES = 32 << 20
+
+
+def _support_work(cache, block: int) -> SupportWork:
+    """The :data:`SupportWork` of sweeps of pulled blocks of ``block`` rows over ``cache``'s samples."""
+    m = cache.slot_of.shape[0]
+    block = max(1, min(block, _LOCAL_MAX, m))
+    d = cache.X32.shape[0]
+    room = 0 < d and 4 * d * (m + 1) <= _SUPPORT_BYTES
+    XJ = np.empty((d, m + 1) if room else (0, 0), dtype=np.float32)
+    return SupportWork(np.empty(block, dtype=np.int64), np.empty(block, dtype=np.int64), np.empty(m, dtype=np.int64),
+                       np.empty(m, dtype=np.int64), np.empty(m), np.empty(block, dtype=np.int64), XJ)
 
 
 #: The work arrays of :func:`_kernel_pull_sweeps`: the block's samples ``idx``, their visiting
@@ -708,7 +817,7 @@ def _shrink_block(index, s0, nB, shr, active):
 
 
 @njit(cache=True)
-def _kernel_pull_sweeps(kp, qp, opts, a, rng, block):
+def _kernel_pull_sweeps(kp, qp, opts, a, rng, block, sw):
     """The kernel path as sweeps of pulled blocks (``dcd_kernel(block_sweeps=...)``).
 
     Each sweep shuffles the active samples and cuts them into blocks of ``block`` rows (at
@@ -717,7 +826,9 @@ def _kernel_pull_sweeps(kp, qp, opts, a, rng, block):
     kvB = K[block, :] Y gamma and its square K[block, block] (:func:`_pull`). Up to
     :data:`_BLOCK_INNER` epochs then run on the block in that local matrix
     (:func:`_pulled_epochs`), and the changes go into Y gamma, from which the next blocks
-    pull. A sweep reads each row once, whole; kv itself is recomputed once at the end. The
+    pull. A sweep reads each row once: whole from the cache, and, for a row that must be
+    computed, at the columns where Y gamma is not zero and the block's own (``sw``, a
+    :data:`SupportWork`; float32 RBF rows); kv itself is recomputed once at the end. The
     same exact coordinate steps, so the same problem and optimum. Shrinking and the stopping
     rule are LIBLINEAR's, on the first epoch of every block (each variable's projected
     gradient where the sweep meets it): a shrunk sample leaves the sweeps, so its row is no
@@ -746,13 +857,13 @@ def _kernel_pull_sweeps(kp, qp, opts, a, rng, block):
             for t in range(nB):
                 pw.idx[t] = index[s0 + t]
                 pw.local[t] = t
-            _pull(kp.cache, pw.idx, nB, yg, pw.kvB, pw.KB, pw.scratch)
+            _pull(kp.cache, pw.idx, nB, yg, pw.kvB, pw.KB, pw.scratch, sw)
             _pulled_epochs(kp, qp, opts, a, rng, pw, nB, pg_old, stats)
             kept, active = _shrink_block(index, s0, nB, pw.shr, active)
             s0 += kept
         it += 1
         converged, active = _end_epoch(stats, pg_old, active, m, opts.tol)
-    _all_products(kp.cache, yg, kp.kv, pw.scratch)
+    _all_products(kp.cache, yg, kp.kv, pw.scratch, sw)
     return it, converged
 
 
@@ -1401,7 +1512,8 @@ def dcd_kernel(y, D, p, U, *, n_var, cache: KernelRowCache | None = None, gram=N
     if selection == "pairs":  # also with a partial cache: a pair step needs only its two rows
         it, conv = _kernel_pairs(path, qp, opts, a, _new_active(m, cache.state.slots.dtype))
     elif block_sweeps and selection == "random" and m > 2 * block_sweeps:
-        it, conv = _kernel_pull_sweeps(path, qp, opts, a, seed_from(random_state), int(block_sweeps))
+        it, conv = _kernel_pull_sweeps(path, qp, opts, a, seed_from(random_state), int(block_sweeps),
+                                       _support_work(cache.state, int(block_sweeps)))
     elif selection == "greedy" and block is None:
         it, conv = _kernel_greedy(path, qp, opts, a)
     elif block is None:
