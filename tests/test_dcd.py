@@ -252,8 +252,9 @@ def test_rows_at_the_support_columns_are_the_rows_values(rng):
 
 def test_a_pull_computes_rows_outside_the_cache_at_the_support_only(rng):
     """With a cache that holds few rows, a pulled block's rows beyond it are computed at the
-    columns where Y gamma is not zero and the block's own: the products and the block's square
-    are those of the whole rows, and the final products over all rows too."""
+    columns where Y gamma is not zero and not held in the cached rows' products vC, and the
+    block's own: the products and the block's square are those of the whole rows, and the
+    final products over all rows too; vC follows the cached samples' changes."""
     from margindist.solvers import dcd
 
     m, nB, n_slots = 300, 40, 25
@@ -264,13 +265,21 @@ def test_a_pull_computes_rows_outside_the_cache_at_the_support_only(rng):
     sw = dcd._support_work(cache.state, nB)
     assert sw.XJ.shape == (6, m + 1)
     scratch = np.empty((8, m), dtype=np.float32)
-    for _ in range(3):  # the first blocks fill the cache, the later ones compute compact rows
+    for _ in range(6):  # the first blocks fill the cache, the later ones compute compact rows
         idx = rng.permutation(m)[:nB]
         kvB, KB = np.empty(nB), np.empty((nB, nB), dtype=np.float32)
         dcd._pull(cache.state, idx, nB, yg, kvB, KB, scratch, sw)
         np.testing.assert_allclose(kvB, K64[idx] @ yg, rtol=1e-12, atol=1e-12)
         np.testing.assert_array_equal(KB, K[np.ix_(idx, idx)])
+        # the block's epochs move some of its samples (to zero, too); the cached ones' part goes into vC
+        moved = idx[rng.random(nB) < 0.5]
+        yg[moved] = np.where(rng.random(moved.size) < 0.2, 0.0, rng.normal(size=moved.size))
+        dcd._hold_cached(cache.state, idx, nB, yg, sw)
+        cached = np.flatnonzero(cache.state.slot_of >= 0)
+        assert np.all(sw.held[np.setdiff1d(np.arange(m), cached)] == 0.0)
+        np.testing.assert_allclose(sw.vC, K64[cached].T @ sw.held[cached], rtol=1e-12, atol=1e-12)
     assert cache.state.counters[3] == n_slots and cache.state.counters[2] == n_slots  # no row evicted
+    assert np.count_nonzero(sw.held) > n_slots // 2  # products of computed rows took vC
     assert dcd._split_block(cache.state, idx, nB, sw)[1] > nB // 2  # most of the last block: compact rows
     kv = np.empty(m)
     dcd._all_products(cache.state, yg, kv, scratch, sw)

@@ -618,9 +618,9 @@ def _products8(cache, idx, ts, g0, n, v, out, scratch):
 
 @njit(cache=True, inline="always")
 def _compact8(cache, idx, ts, g0, n, sw, nJ, out, scratch):
-    """The same at the ``nJ`` support columns of ``sw`` (:func:`_support_columns`) only: rows
-    outside the cache computed there into ``scratch``, their products with Y gamma at those
-    columns; returns the eight compact rows."""
+    """The same for rows outside the cache, computed into ``scratch`` at the ``nJ`` columns of
+    ``sw`` only (:func:`_support_columns`): the products are ``sw.vC`` plus those with the rest
+    of Y gamma there. Returns the eight compact rows."""
     for k in range(n):
         rbf32_row_at(cache, idx[ts[g0 + k]], sw.XJ, nJ, scratch[k])
     r0 = scratch[0, :nJ]
@@ -633,7 +633,8 @@ def _compact8(cache, idx, ts, g0, n, sw, nJ, out, scratch):
     r7 = scratch[7, :nJ] if n > 7 else r6
     p = _dot8(r0, r1, r2, r3, r4, r5, r6, r7, sw.ygJ[:nJ])
     for k in range(n):
-        out[ts[g0 + k]] = p[k]
+        t = ts[g0 + k]
+        out[t] = p[k] + sw.vC[idx[t]]
     return (r0, r1, r2, r3, r4, r5, r6, r7)
 
 
@@ -670,20 +671,22 @@ def _split_block(cache, idx, nB, sw):
 
 @njit(cache=True)
 def _support_columns(cache, yg, idx, nB, sw):
-    """The columns a row computed for the block needs: those where Y gamma is not zero (the
-    others add nothing to a product with it), and the block's own (for K[block, block]), in
-    ``sw.cols``; Y gamma there in ``sw.ygJ``, their centred features in ``sw.XJ`` and each block
-    row's column in ``sw.posB``. Returns their number."""
+    """The columns a row computed for the block needs: those where Y gamma is not held in
+    ``sw.vC`` (r = yg - sw.held not zero: the others add nothing to the product beyond vC),
+    and the block's own (for K[block, block]), in ``sw.cols``; r there in ``sw.ygJ``, their
+    centred features in ``sw.XJ`` and each block row's column in ``sw.posB``. Returns their
+    number."""
     n = 0
     for j in range(yg.shape[0]):
-        if yg[j] != 0.0:
+        r = yg[j] - sw.held[j]
+        if r != 0.0:
             sw.cols[n] = j
             sw.pos_of[j] = n
-            sw.ygJ[n] = yg[j]
+            sw.ygJ[n] = r
             n += 1
     for u in range(nB):
         j = idx[u]
-        if yg[j] != 0.0:
+        if yg[j] != sw.held[j]:
             sw.posB[u] = sw.pos_of[j]
         else:
             sw.cols[n] = j
@@ -698,9 +701,11 @@ def _support_columns(cache, yg, idx, nB, sw):
 def _pull(cache, idx, nB, yg, kvB, KB, scratch, sw, entries=True):
     """kvB = K[idx, :] yg (exact) and, with ``entries``, KB = K[idx, idx], eight rows at a time:
     their products, then their entries on the block while the rows are still in the
-    processor's cache. Rows outside the cache (that it has no free slot for) are computed at
-    the support columns only (:func:`_support_columns`) where the cache computes RBF rows in
-    float32 (``sw.XJ`` not empty): at 14 000 rows of magic a quarter of ODM's duals are zero."""
+    processor's cache. Where the cache computes RBF rows in float32 (``sw.XJ`` not empty),
+    rows outside it (that it has no free slot for) are computed at some columns only
+    (:func:`_support_columns`): not where Y gamma is zero (at 14 000 rows of magic a quarter
+    of ODM's duals are), nor at the cached rows, whose part of the product sw.vC =
+    sum_{j cached} held_j K[j, :] holds (kept current by :func:`_hold_cached`)."""
     nf, nc = _split_block(cache, idx, nB, sw)
     for g0 in range(0, nf, 8):
         n = min(8, nf - g0)
@@ -718,6 +723,28 @@ def _pull(cache, idx, nB, yg, kvB, KB, scratch, sw, entries=True):
 
 
 @njit(cache=True)
+def _hold_cached(cache, idx, nB, yg, sw):
+    """After the block's epochs: its cached rows' changes of Y gamma into sw.vC (sw.held
+    becomes yg there), eight rows a pass."""
+    if sw.XJ.shape[0] == 0:
+        return
+    n = 0
+    for u in range(nB):
+        j = idx[u]
+        s = cache.slot_of[j]
+        if s >= 0 and yg[j] != sw.held[j]:
+            sw.ps[n] = s
+            sw.pc[n] = yg[j] - sw.held[j]
+            sw.held[j] = yg[j]
+            n += 1
+            if n == 8:
+                _flush(cache.slots, sw.ps, sw.pc, n, sw.vC)
+                n = 0
+    if n > 0:
+        _flush(cache.slots, sw.ps, sw.pc, n, sw.vC)
+
+
+@njit(cache=True)
 def _all_products(cache, yg, kv, scratch, sw):
     """kv = K yg over every row, in blocks of the size of ``sw``'s."""
     m = kv.shape[0]
@@ -730,8 +757,11 @@ def _all_products(cache, yg, kv, scratch, sw):
 #: Rows computed at the support columns only (:func:`_pull`): the positions of the block's rows
 #: read whole and computed (``tfull``, ``tcomp``), the support columns ``cols``, each column's
 #: place among them ``pos_of`` (m,), Y gamma there ``ygJ``, each block row's column ``posB``,
-#: and their centred float32 features ``XJ`` (d, m + 1; (0, 0): no compact rows).
-SupportWork = namedtuple("SupportWork", ["tfull", "tcomp", "cols", "pos_of", "ygJ", "posB", "XJ"])
+#: their centred float32 features ``XJ`` (d, m + 1; (0, 0): no compact rows); vC (m,) = sum_j
+#: held_j K[j, :] over the cached rows j, ``held`` (m,) the Y gamma held there (0 elsewhere),
+#: and eight pending cached rows (``ps``, ``pc``) to add to vC.
+SupportWork = namedtuple("SupportWork", ["tfull", "tcomp", "cols", "pos_of", "ygJ", "posB", "XJ", "vC", "held",
+                                         "ps", "pc"])
 
 #: Compact rows need a float32 copy of the features (d x (m + 1)): at most this many bytes.
 _SUPPORT_BYTES = 32 << 20
@@ -745,7 +775,8 @@ def _support_work(cache, block: int) -> SupportWork:
     room = 0 < d and 4 * d * (m + 1) <= _SUPPORT_BYTES
     XJ = np.empty((d, m + 1) if room else (0, 0), dtype=np.float32)
     return SupportWork(np.empty(block, dtype=np.int64), np.empty(block, dtype=np.int64), np.empty(m, dtype=np.int64),
-                       np.empty(m, dtype=np.int64), np.empty(m), np.empty(block, dtype=np.int64), XJ)
+                       np.empty(m, dtype=np.int64), np.empty(m), np.empty(block, dtype=np.int64), XJ, np.zeros(m),
+                       np.zeros(m), np.zeros(8, dtype=np.int64), np.zeros(8))
 
 
 #: The work arrays of :func:`_kernel_pull_sweeps`: the block's samples ``idx``, their visiting
@@ -859,6 +890,7 @@ def _kernel_pull_sweeps(kp, qp, opts, a, rng, block, sw):
                 pw.local[t] = t
             _pull(kp.cache, pw.idx, nB, yg, pw.kvB, pw.KB, pw.scratch, sw)
             _pulled_epochs(kp, qp, opts, a, rng, pw, nB, pg_old, stats)
+            _hold_cached(kp.cache, pw.idx, nB, yg, sw)
             kept, active = _shrink_block(index, s0, nB, pw.shr, active)
             s0 += kept
         it += 1
