@@ -264,6 +264,7 @@ def test_a_pull_computes_rows_outside_the_cache_at_the_support_only(rng):
     yg[rng.random(m) < 0.4] = 0.0
     sw = dcd._support_work(cache.state, nB)
     assert sw.XJ.shape == (6, m + 1)
+    assert dcd._support_work(_rbf32_cache(rng, 50, 6, 50)[0].state, nB).XJ.size == 0  # every row cached
     scratch = np.empty((8, m), dtype=np.float32)
     for _ in range(6):  # the first blocks fill the cache, the later ones compute compact rows
         idx = rng.permutation(m)[:nB]

@@ -772,7 +772,8 @@ def _support_work(cache, block: int) -> SupportWork:
     m = cache.slot_of.shape[0]
     block = max(1, min(block, _LOCAL_MAX, m))
     d = cache.X32.shape[0]
-    room = 0 < d and 4 * d * (m + 1) <= _SUPPORT_BYTES
+    # compact rows where some rows are computed (the cache cannot hold them all) and the copy fits
+    room = 0 < d and cache.slots.shape[0] < m and 4 * d * (m + 1) <= _SUPPORT_BYTES
     XJ = np.empty((d, m + 1) if room else (0, 0), dtype=np.float32)
     return SupportWork(np.empty(block, dtype=np.int64), np.empty(block, dtype=np.int64), np.empty(m, dtype=np.int64),
                        np.empty(m, dtype=np.int64), np.empty(m), np.empty(block, dtype=np.int64), XJ, np.zeros(m),
