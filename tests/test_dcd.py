@@ -150,8 +150,9 @@ def test_block_sweeps_keep_kv_exact_after_each_sweep(rng, m, slots, sort):
 @pytest.mark.parametrize("block,two_sided,finite_box", [(40, True, False), (64, False, True), (520, True, False)])
 def test_pulled_block_sweeps_reach_the_optimum(rng, block, two_sided, finite_box):
     """``block_sweeps``: sweeps of pulled blocks (at most _LOCAL_MAX rows: 520 is cut to 512)
-    from a dense K, a filled float32 cache and a cache of 30 rows (the others computed as the
-    blocks need them, nothing evicted). After every sweep u = Q gamma + o exactly; the runs,
+    from a dense K, a filled float32 cache and caches of 30 rows (the others computed as the
+    blocks need them, nothing evicted but shrunk samples' rows; float32 RBF rows at some
+    columns only). After every sweep u = Q gamma + o exactly; the runs,
     with and without shrinking, end at the plain epochs' optimum and scipy's; fewer rows than
     2 * block_sweeps keep the plain epochs, step for step."""
     m = 1100 if block > 100 else 300
@@ -162,7 +163,8 @@ def test_pulled_block_sweeps_reach_the_optimum(rng, block, two_sided, finite_box
     cache32 = KernelRowCache(spec, X, dtype=np.float32, max_bytes=4 * m * m)
     K32 = cache32.fill().astype(np.float64)
     small = KernelRowCache(spec, X, max_bytes=30 * 8 * m)
-    for source, Kc in (({"gram": K}, K), ({"cache": cache32}, K32), ({"cache": small}, K)):
+    small32 = KernelRowCache(spec, X, dtype=np.float32, max_bytes=30 * 4 * m)  # rows beyond it: compact
+    for source, Kc in (({"gram": K}, K), ({"cache": cache32}, K32), ({"cache": small}, K), ({"cache": small32}, K32)):
         for sweeps in (1, 2):
             res = dcd_kernel(y, D, p, U, n_var=n_var, u0=o, max_iter=sweeps, random_state=1, warn_label=None,
                              block_sweeps=block, **source)
@@ -176,6 +178,14 @@ def test_pulled_block_sweeps_reach_the_optimum(rng, block, two_sided, finite_box
             res = dcd_kernel(y, D, p, U, block_sweeps=block, shrinking=shrinking, **source, **kw)
             assert res.converged and res.n_iter != plain.n_iter
             np.testing.assert_allclose(res.a, plain.a, atol=1e-7)
+    plain32 = dcd_kernel(y, D, p, U, gram=K32, **kw)
+    for shrinking in (True, False):
+        small32 = KernelRowCache(spec, X, dtype=np.float32, max_bytes=30 * 4 * m)
+        res = dcd_kernel(y, D, p, U, block_sweeps=block, shrinking=shrinking, cache=small32, **kw)
+        assert res.converged
+        np.testing.assert_allclose(res.a, plain32.a, atol=1e-7)
+        # shrunk samples' slots took rows that would have been computed in every sweep
+        assert (small32.misses > 30) == shrinking
     if m <= 300:
         Q = (y[:, None] * (K + 1.0)) * y[None, :]
         ref, f = _reference(Q, D, p + (np.concatenate([o, -o]) if two_sided else o), U, m)
@@ -282,6 +292,19 @@ def test_a_pull_computes_rows_outside_the_cache_at_the_support_only(rng):
     assert cache.state.counters[3] == n_slots and cache.state.counters[2] == n_slots  # no row evicted
     assert np.count_nonzero(sw.held) > n_slots // 2  # products of computed rows took vC
     assert dcd._split_block(cache.state, idx, nB, sw)[1] > nB // 2  # most of the last block: compact rows
+    # a spare slot (a shrunk sample's) takes an uncached row: the sample's part leaves vC
+    st = cache.state
+    j = int(np.flatnonzero((st.slot_of >= 0) & (sw.held != 0.0))[0])
+    i = int(np.flatnonzero(st.slot_of < 0)[0])
+    index = np.array([j])
+    dcd._spare_slots(st, index, 0, 1, sw)
+    slot = st.slot_of[j]
+    dcd._reuse_slot(st, i, sw)
+    assert sw.nspare[0] == 0 and st.slot_of[j] == -1 and st.slot_of[i] == slot and st.row_of[slot] == i
+    np.testing.assert_array_equal(st.slots[slot], K[i])
+    cached = np.flatnonzero(st.slot_of >= 0)
+    assert sw.held[j] == 0.0 and sw.held[i] == 0.0
+    np.testing.assert_allclose(sw.vC, K64[cached].T @ sw.held[cached], rtol=1e-12, atol=1e-12)
     kv = np.empty(m)
     dcd._all_products(cache.state, yg, kv, scratch, sw)
     np.testing.assert_allclose(kv, K64 @ yg, rtol=1e-12, atol=1e-12)

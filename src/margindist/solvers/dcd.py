@@ -649,17 +649,54 @@ def _block_entries(rows, ts, g0, n, at, nB, KB):
 
 
 @njit(cache=True)
+def _spare_slots(cache, index, lo, hi, sw):
+    """The cached rows of the samples just shrunk (index[lo:hi]) become spare: until the
+    shrunk samples return, their slots may take rows that would be computed in every sweep."""
+    if sw.XJ.shape[0] == 0:
+        return
+    for t in range(lo, hi):
+        s = cache.slot_of[index[t]]
+        if s >= 0:
+            sw.spare[sw.nspare[0]] = s
+            sw.nspare[0] += 1
+
+
+@njit(cache=True)
+def _reuse_slot(cache, i, sw):
+    """Row i, computed whole, into a spare slot (:func:`_spare_slots`); the shrunk sample whose
+    row it held leaves the cache, and its part of vC leaves vC (none once it is at zero)."""
+    sw.nspare[0] -= 1
+    s = sw.spare[sw.nspare[0]]
+    j = cache.row_of[s]
+    if sw.held[j] != 0.0:
+        row = cache.slots[s]
+        c = -sw.held[j]
+        for q in range(sw.vC.shape[0]):
+            sw.vC[q] += c * row[q]
+        sw.held[j] = 0.0
+    cache.slot_of[j] = -1
+    cache.row_of[s] = i
+    cache.slot_of[i] = s
+    cache.counters[0] += 1  # a request and a miss, as cache_row counts them
+    cache.counters[2] += 1
+    compute_kernel_row(cache, i, cache.slots[s])
+
+
+@njit(cache=True)
 def _split_block(cache, idx, nB, sw):
     """The positions of the block's rows that are read whole (``sw.tfull``: cached, or cached
-    now while the cache has free slots, as :func:`_held_row` does; every row where ``sw`` has
-    no room for compact rows) and of those computed at the support columns only
-    (``sw.tcomp``), in the block's order. Returns their numbers."""
+    now while the cache has free slots, as :func:`_held_row` does, or in the slot of a shrunk
+    sample's row, :func:`_reuse_slot`; every row where ``sw`` has no room for compact rows)
+    and of those computed at some columns only (``sw.tcomp``), in the block's order. Returns
+    their numbers."""
     free = cache.slots.shape[0] - cache.counters[3]
     compact = sw.XJ.shape[0] > 0
     nf = nc = 0
     for t in range(nB):
         cached = cache.slot_of[idx[t]] >= 0
-        if cached or free > 0 or not compact:
+        if cached or free > 0 or not compact or sw.nspare[0] > 0:
+            if not cached and free <= 0 and compact:
+                _reuse_slot(cache, idx[t], sw)
             free -= 0 if cached else 1
             sw.tfull[nf] = t
             nf += 1
@@ -759,9 +796,10 @@ def _all_products(cache, yg, kv, scratch, sw):
 #: place among them ``pos_of`` (m,), Y gamma there ``ygJ``, each block row's column ``posB``,
 #: their centred float32 features ``XJ`` (d, m + 1; (0, 0): no compact rows); vC (m,) = sum_j
 #: held_j K[j, :] over the cached rows j, ``held`` (m,) the Y gamma held there (0 elsewhere),
-#: and eight pending cached rows (``ps``, ``pc``) to add to vC.
+#: eight pending cached rows (``ps``, ``pc``) to add to vC, and the slots of shrunk samples'
+#: rows (``spare``, ``nspare[0]`` of them; :func:`_spare_slots`).
 SupportWork = namedtuple("SupportWork", ["tfull", "tcomp", "cols", "pos_of", "ygJ", "posB", "XJ", "vC", "held",
-                                         "ps", "pc"])
+                                         "ps", "pc", "spare", "nspare"])
 
 #: Compact rows need a float32 copy of the features (d x (m + 1)): at most this many bytes.
 _SUPPORT_BYTES = 32 << 20
@@ -777,7 +815,8 @@ def _support_work(cache, block: int) -> SupportWork:
     XJ = np.empty((d, m + 1) if room else (0, 0), dtype=np.float32)
     return SupportWork(np.empty(block, dtype=np.int64), np.empty(block, dtype=np.int64), np.empty(m, dtype=np.int64),
                        np.empty(m, dtype=np.int64), np.empty(m), np.empty(block, dtype=np.int64), XJ, np.zeros(m),
-                       np.zeros(m), np.zeros(8, dtype=np.int64), np.zeros(8))
+                       np.zeros(m), np.zeros(8, dtype=np.int64), np.zeros(8),
+                       np.empty(cache.slots.shape[0], dtype=np.int64), np.zeros(1, dtype=np.int64))
 
 
 #: The work arrays of :func:`_kernel_pull_sweeps`: the block's samples ``idx``, their visiting
@@ -854,8 +893,9 @@ def _kernel_pull_sweeps(kp, qp, opts, a, rng, block, sw):
 
     Each sweep shuffles the active samples and cuts them into blocks of ``block`` rows (at
     most :data:`_LOCAL_MAX`). A block is pulled: one pass over its rows, eight at a time
-    (cached, or computed when they are not: nothing is evicted), gives its exact products
-    kvB = K[block, :] Y gamma and its square K[block, block] (:func:`_pull`). Up to
+    (cached, or computed when they are not: nothing is evicted but the rows of shrunk
+    samples, whose slots take rows that would be computed in every sweep), gives its exact
+    products kvB = K[block, :] Y gamma and its square K[block, block] (:func:`_pull`). Up to
     :data:`_BLOCK_INNER` epochs then run on the block in that local matrix
     (:func:`_pulled_epochs`), and the changes go into Y gamma, from which the next blocks
     pull. A sweep reads each row once: whole from the cache, and, for a row that must be
@@ -892,10 +932,14 @@ def _kernel_pull_sweeps(kp, qp, opts, a, rng, block, sw):
             _pull(kp.cache, pw.idx, nB, yg, pw.kvB, pw.KB, pw.scratch, sw)
             _pulled_epochs(kp, qp, opts, a, rng, pw, nB, pg_old, stats)
             _hold_cached(kp.cache, pw.idx, nB, yg, sw)
-            kept, active = _shrink_block(index, s0, nB, pw.shr, active)
+            kept, shrunk = _shrink_block(index, s0, nB, pw.shr, active)
+            _spare_slots(kp.cache, index, shrunk, active, sw)
+            active = shrunk
             s0 += kept
         it += 1
         converged, active = _end_epoch(stats, pg_old, active, m, opts.tol)
+        if active == m:  # every sample back (or none shrunk yet): no row is spare
+            sw.nspare[0] = 0
     _all_products(kp.cache, yg, kp.kv, pw.scratch, sw)
     return it, converged
 
