@@ -128,9 +128,11 @@ class ODM(BaseMarginClassifier):
         No m x m matrix beyond this budget is formed. Rows are stored in float32 (as in
         LIBSVM: twice the rows per MiB, half the memory traffic; sums stay float64) unless
         ``tol`` < 1e-5, where float64 keeps the solution exact to rounding. The kernel DCD is
-        fast when the whole matrix fits (4 m^2 bytes in float32, e.g. 1.6 GB at m = 20000):
-        every epoch visits all support vectors, so with a smaller budget most rows are
-        recomputed in every epoch.
+        fastest when the whole matrix fits (4 m^2 bytes in float32, e.g. 1.6 GB at m = 20000):
+        every sweep visits all support vectors, so with a smaller budget the rows beyond it
+        are recomputed in every sweep (float32 RBF rows only where the dual is not zero and
+        outside the cached rows, whose part of the products is kept; the slots of samples
+        that shrinking sets aside take rows of the active ones).
     warm_start : bool, default=False
         Start from the previous fit's dual variables (dcd) or weights (newton, svrg) when the
         number of samples and sub-problems is unchanged. A refit on the same data then stops
