@@ -793,13 +793,13 @@ def _all_products(cache, yg, kv, scratch, sw):
         _pull(cache, np.arange(s0, s0 + nB), nB, yg, kv[s0:s0 + nB], scratch[:0], scratch, sw, False)
 
 
-#: Rows computed at the support columns only (:func:`_pull`): the positions of the block's rows
-#: read whole and computed (``tfull``, ``tcomp``), the support columns ``cols``, each column's
-#: place among them ``pos_of`` (m,), Y gamma there ``ygJ``, each block row's column ``posB``,
-#: their centred float32 features ``XJ`` (d, m + 1; (0, 0): no compact rows); vC (m,) = sum_j
-#: held_j K[j, :] over the cached rows j, ``held`` (m,) the Y gamma held there (0 elsewhere),
-#: eight pending cached rows (``ps``, ``pc``) to add to vC, and the slots of shrunk samples'
-#: rows (``spare``, ``nspare[0]`` of them; :func:`_spare_slots`).
+#: Rows computed at some columns only (:func:`_pull`): the positions of the block's rows read
+#: whole and computed (``tfull``, ``tcomp``), the columns computed ``cols``, each column's
+#: place among them ``pos_of`` (m,), Y gamma there less its held part ``ygJ``, each block
+#: row's column ``posB``, the columns' centred float32 features ``XJ`` (d, m + 1; (0, 0): no
+#: compact rows); vC (m,) = sum_j held_j K[j, :] over the cached rows j, ``held`` (m,) the Y
+#: gamma held there (0 elsewhere), eight pending cached rows (``ps``, ``pc``) to add to vC,
+#: and the slots of shrunk samples' rows (``spare``, ``nspare[0]`` of them; :func:`_spare_slots`).
 SupportWork = namedtuple("SupportWork", ["tfull", "tcomp", "cols", "pos_of", "ygJ", "posB", "XJ", "vC", "held",
                                          "ps", "pc", "spare", "nspare"])
 
@@ -901,8 +901,9 @@ def _kernel_pull_sweeps(kp, qp, opts, a, rng, block, sw):
     :data:`_BLOCK_INNER` epochs then run on the block in that local matrix
     (:func:`_pulled_epochs`), and the changes go into Y gamma, from which the next blocks
     pull. A sweep reads each row once: whole from the cache, and, for a row that must be
-    computed, at the columns where Y gamma is not zero and the block's own (``sw``, a
-    :data:`SupportWork`; float32 RBF rows); kv itself is recomputed once at the end. The
+    computed (float32 RBF rows), only at the columns that add to its product beyond the
+    cached rows' part, which is kept, and the block's own (``sw``, a :data:`SupportWork`;
+    :func:`_pull`); kv itself is recomputed once at the end. The
     same exact coordinate steps, so the same problem and optimum. Shrinking and the stopping
     rule are LIBLINEAR's, on the first epoch of every block (each variable's projected
     gradient where the sweep meets it): a shrunk sample leaves the sweeps, so its row is no
