@@ -194,6 +194,37 @@ def test_pulled_block_sweeps_reach_the_optimum(rng, block, two_sided, finite_box
     assert same.n_iter == plain.n_iter and np.array_equal(same.a, plain.a)
 
 
+@pytest.mark.parametrize("two_sided,finite_box", [(True, False), (False, True)])
+def test_the_final_check_at_the_point_is_the_projected_gradients_spread(rng, two_sided, finite_box):
+    """The pulled sweeps' final check (``_kkt_spread``) is max PG - min PG over every variable
+    at one point, each PG projected on its box as the coordinate steps take it (NumPy), and a
+    fit that stops there returns an exact u."""
+    from margindist.solvers import dcd
+
+    m = 300
+    X, y, n_var, D, p, U = _problem(rng, m=m, two_sided=two_sided, finite_box=finite_box)
+    K = resolve_kernel("rbf", X, gamma=0.2)(X)
+    o = rng.normal(size=m)
+    a = rng.uniform(0.0, 0.3, size=n_var)
+    a[rng.random(n_var) < 0.3] = 0.0
+    if finite_box:
+        a = np.minimum(a, U)
+        top = rng.random(n_var) < 0.2  # some at the upper bound
+        a[top] = U[top]
+    g = y * (a[:m] - a[m:]) if two_sided else y * a
+    kp = dcd.KernelPath(KernelRowCache.from_gram(K).state, K @ g, np.array([g.sum()]), o, 1.0)
+    qp = dcd.BoxQP(y, np.diag(K) + 1.0, D, p, U)
+    u = y * ((K + 1.0) @ g) + o
+    grad = (np.concatenate([u, -u]) if two_sided else u) + D * a + p
+    pg = np.where(a <= 0.0, np.minimum(grad, 0.0), np.where(a >= U, np.maximum(grad, 0.0), grad))
+    assert dcd._kkt_spread(kp, qp, a) == pytest.approx(pg.max() - pg.min(), rel=1e-12)
+    cache = KernelRowCache(resolve_kernel("rbf", X, gamma=0.2), X, dtype=np.float32, max_bytes=40 * 4 * m)
+    K32 = np.array([cache.row(i) for i in range(m)], dtype=np.float64)
+    res = dcd_kernel(y, D, p, U, n_var=n_var, u0=o, tol=1e-3, random_state=0, block_sweeps=64, cache=cache)
+    assert res.converged
+    np.testing.assert_allclose(res.u, y * ((K32 + 1.0) @ (y * res.gamma(m))) + o, rtol=0, atol=1e-10 * np.abs(res.u).max())
+
+
 def test_a_pulled_block_works_on_exact_products(rng):
     """A pulled block starts from its exact products K[block, :] Y gamma and its square of K;
     inside the block the changes reach the products only through that local matrix. After the

@@ -890,6 +890,25 @@ def _shrink_block(index, s0, nB, shr, active):
 
 
 @njit(cache=True)
+def _kkt_spread(kp, qp, a):
+    """max PG - min PG over every variable at the current point (with kp.kv = K Y gamma): the
+    stopping rule's spread, each projected gradient as :func:`_coordinate_steps` takes it, but
+    all at one point and without a step."""
+    m = qp.y.shape[0]
+    hi, lo = -np.inf, np.inf
+    for i in range(m):
+        ui = qp.y[i] * (kp.kv[i] + kp.bias2 * kp.sb[0]) + kp.o[i]
+        for side in range(a.shape[0] // m):
+            k = i + side * m
+            ak = a[k]
+            g = (1.0 - 2.0 * side) * ui + qp.D[k] * ak + qp.p[k]
+            pg = min(g, 0.0) if ak <= 0.0 else (max(g, 0.0) if ak >= qp.U[k] else g)
+            hi = max(hi, pg)
+            lo = min(lo, pg)
+    return hi - lo
+
+
+@njit(cache=True)
 def _kernel_pull_sweeps(kp, qp, opts, a, rng, block, sw):
     """The kernel path as sweeps of pulled blocks (``dcd_kernel(block_sweeps=...)``).
 
@@ -908,7 +927,9 @@ def _kernel_pull_sweeps(kp, qp, opts, a, rng, block, sw):
     rule are LIBLINEAR's, on the first epoch of every block (each variable's projected
     gradient where the sweep meets it): a shrunk sample leaves the sweeps, so its row is no
     longer read, until the active samples meet the tolerance and all come back for a check.
-    Returns (sweeps, converged)."""
+    That check is first made at the point itself (kv over every row, which the result needs
+    anyway, and every projected gradient there: :func:`_kkt_spread`); only when it fails
+    does a sweep of all samples follow. Returns (sweeps, converged)."""
     m = qp.y.shape[0]
     block = max(1, min(block, _LOCAL_MAX, m))
     dt = kp.cache.slots.dtype
@@ -940,9 +961,14 @@ def _kernel_pull_sweeps(kp, qp, opts, a, rng, block, sw):
             active = shrunk
             s0 += kept
         it += 1
+        shrunk = active < m
         converged, active = _end_epoch(stats, pg_old, active, m, opts.tol)
         if active == m:  # every sample back (or none shrunk yet): no row is spare
             sw.nspare[0] = 0
+            if shrunk and not converged:  # back for the final check: first at the point itself
+                _all_products(kp.cache, yg, kp.kv, pw.scratch, sw)
+                if _kkt_spread(kp, qp, a) <= opts.tol:
+                    return it, True
     _all_products(kp.cache, yg, kp.kv, pw.scratch, sw)
     return it, converged
 
