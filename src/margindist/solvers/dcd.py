@@ -35,9 +35,10 @@ Two data paths, both maintaining the gradient information incrementally:
   products with Y gamma and its square K[block, block] come from one pass over its rows
   (cached, or computed), and its inner epochs work in that local matrix. A sweep reads each
   row once, as an epoch does, but takes the place of about three epochs on a dense dual;
-  variables are shrunk as in the epochs. A row computed there (float32 RBF rows) leaves out
-  the columns where Y gamma is zero and those of the cached rows, whose part of the products
-  is kept as one vector.
+  variables are shrunk as in the epochs, and when the shrunk ones come back the stopping
+  rule is first checked at the point itself. A row computed there (float32 RBF rows) leaves
+  out the columns where Y gamma is zero and those of the cached rows, whose part of the
+  products is kept as one vector.
 
 The coordinate step is the exact minimiser over one variable, projected on its box:
 ``a_k <- clip(a_k - g_k / (Q_ii + D_k), 0, U_k)`` with g_k = s_k u_i + D_k a_k + p_k. Each
