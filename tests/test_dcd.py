@@ -197,8 +197,9 @@ def test_pulled_block_sweeps_reach_the_optimum(rng, block, two_sided, finite_box
 @pytest.mark.parametrize("two_sided,finite_box", [(True, False), (False, True)])
 def test_the_final_check_at_the_point_is_the_projected_gradients_spread(rng, two_sided, finite_box):
     """The pulled sweeps' final check (``_kkt_spread``) is max PG - min PG over every variable
-    at one point, each PG projected on its box as the coordinate steps take it (NumPy), and a
-    fit that stops there returns an exact u."""
+    at one point, each PG projected on its box as the coordinate steps take it (NumPy); a fit
+    on a partial float32 cache that already holds rows (shrinking, then that check) returns an
+    exact u."""
     from margindist.solvers import dcd
 
     m = 300
