@@ -570,6 +570,22 @@ def cache_row(cache, i):
 
 
 @njit(cache=True)
+def replace_row(cache, s, i):
+    """Row i computed into slot s in place of the row held there, which leaves the cache
+    (counted as a request and a miss, as :func:`cache_row` counts them; the slot keeps its
+    place in the recency list). Returns the row."""
+    old = cache.row_of[s]
+    if old >= 0 and cache.slot_of[old] == s:
+        cache.slot_of[old] = -1
+    cache.row_of[s] = i
+    cache.slot_of[i] = s
+    cache.counters[0] += 1
+    cache.counters[2] += 1
+    compute_kernel_row(cache, i, cache.slots[s])
+    return cache.slots[s]
+
+
+@njit(cache=True)
 def _cache_rows(cache, rows):
     """:func:`cache_row` for each of ``rows`` in turn."""
     for i in rows:

@@ -61,7 +61,7 @@ from numba import njit
 from sklearn.exceptions import ConvergenceWarning
 
 from .._bits import KEY_INF, KEY_NEG_INF, bits_of_float64, float64_from_bits, from_order_key, order_key
-from ..kernels import KernelRowCache, cache_row, compute_kernel_row, rbf32_columns, rbf32_row_at
+from ..kernels import KernelRowCache, cache_row, compute_kernel_row, rbf32_columns, rbf32_row_at, replace_row
 from ._result import SolverResult
 from ._rows import make_rows, rng_shuffle, row_axpy, row_dot, row_sq_norms, rows_tdot, seed_from
 
@@ -677,12 +677,7 @@ def _reuse_slot(cache, i, sw):
         for q in range(sw.vC.shape[0]):
             sw.vC[q] += c * row[q]
         sw.held[j] = 0.0
-    cache.slot_of[j] = -1
-    cache.row_of[s] = i
-    cache.slot_of[i] = s
-    cache.counters[0] += 1  # a request and a miss, as cache_row counts them
-    cache.counters[2] += 1
-    compute_kernel_row(cache, i, cache.slots[s])
+    replace_row(cache, s, i)
 
 
 @njit(cache=True)
