@@ -465,13 +465,11 @@ def test_pair_steps_with_empty_boxes(rng):
         np.testing.assert_allclose(res.a[keep], sub.a, atol=1e-6)
 
 
-@pytest.mark.parametrize("singles", [True, False])
-def test_pair_scan_against_numpy(rng, singles):
+def test_pair_scan_against_numpy(rng):
     """The gradient the pair steps keep, and one scan of it on an active subset in the compact
     arrays: the spread of the projected gradient, LIBSVM's first pair variable and the extremes
-    up / low, and (``singles``) the best exact single-variable step, all against a NumPy
-    computation from the dense Q; the vectorised scan gives the same; without ``singles`` the
-    single step is not worked out. Then the second-order partner (with and without cached rows
+    up / low, and the best exact single-variable step, all against a NumPy computation from
+    the dense Q; the vectorised scan gives the same. Then the second-order partner (with and without cached rows
     preferred), a pair step and a single step on the active gradient (rows gathered at the
     positions), a shrinking pass, the gradient of every variable brought back, and kv from G."""
     from margindist.solvers.dcd import (BoxQP, KernelPath, _gather, _gradient_of, _load, _new_active,
@@ -499,7 +497,7 @@ def test_pair_scan_against_numpy(rng, singles):
     A = _new_active(m, np.float64)
     n = _load(A, qp, a, G, act)
     a_sync, G_sync = a.copy(), G.copy()
-    spread, k, gain, i, up, low = _pair_scan(A, n, qp, a, singles)
+    spread, k, gain, i, up, low = _pair_scan(A, n, qp, a)
     assert _violations(A, n) == (spread, i, up, low)
 
     pg = np.where(a <= 0, np.minimum(g, 0), np.where(a >= U, np.maximum(g, 0), g))[act]
@@ -513,10 +511,7 @@ def test_pair_scan_against_numpy(rng, singles):
     h = np.diag(K) + 1.0 + D
     step = np.clip(a - g / h, 0, U) - a
     dec = -(g * step + 0.5 * h * step * step)
-    if singles:
-        assert A.idx[k] == act[int(np.argmax(dec[act]))] and gain == pytest.approx(dec[act].max(), rel=1e-12)
-    else:
-        assert (k, gain) == (-1, 0.0)
+    assert A.idx[k] == act[int(np.argmax(dec[act]))] and gain == pytest.approx(dec[act].max(), rel=1e-12)
 
     ki = A.idx[i]
     b = up + y[act] * g[act]
@@ -587,7 +582,7 @@ def test_vectorised_scans_agree_with_the_scalar_ones():
         qp = BoxQP(y, rng.uniform(1.0, 2.0, m), np.zeros(m), -np.ones(m), U)
         A = _new_active(m, np.float64)
         k = _load(A, qp, a, G, np.sort(rng.permutation(m)[:n]))
-        spread, _, _, i, up, low = _pair_scan(A, k, qp, a, False)
+        spread, _, _, i, up, low = _pair_scan(A, k, qp, a)
         v_spread, v_i, v_up, v_low = _violations(A, k)
         assert (v_spread, v_up, v_low) == (spread, up, low)
         if i < 0:

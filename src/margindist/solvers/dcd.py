@@ -898,7 +898,7 @@ def _kkt_spread(kp, qp, a):
             k = i + side * m
             ak = a[k]
             g = (1.0 - 2.0 * side) * ui + qp.D[k] * ak + qp.p[k]
-            pg = min(g, 0.0) if ak <= 0.0 else (max(g, 0.0) if ak >= qp.U[k] else g)
+            pg = _projected_gradient(g, ak, qp.U[k])
             hi = max(hi, pg)
             lo = min(lo, pg)
     return hi - lo
@@ -970,11 +970,17 @@ def _kernel_pull_sweeps(kp, qp, opts, a, rng, block, sw):
 
 
 @njit(cache=True, inline="always")
+def _projected_gradient(g, ak, uk):
+    """The gradient g of a variable a_k in [0, uk] projected on its box (the stopping rule's PG)."""
+    return min(g, 0.0) if ak <= 0.0 else (max(g, 0.0) if ak >= uk else g)
+
+
+@njit(cache=True, inline="always")
 def _step_gain(g, ak, uk, h, best):
     """(projected gradient, decrease of the exact projected step) of a variable a_k in [0, uk]
     with gradient g and curvature h; the decrease is 0 when even the unclipped step's, pg^2 / (2 h),
     cannot beat ``best`` (the clipped step is then not worked out)."""
-    pg = min(g, 0.0) if ak <= 0.0 else (max(g, 0.0) if ak >= uk else g)
+    pg = _projected_gradient(g, ak, uk)
     if pg == 0.0 or (h > 0.0 and pg * pg <= 2.0 * h * best):
         return pg, 0.0
     step = (uk if g < 0.0 else 0.0) - ak if h <= 0.0 else min(max(ak - g / h, 0.0), uk) - ak
@@ -1160,14 +1166,14 @@ def _compact_row(cache, act, n, k, keep):
 
 
 @njit(cache=True)
-def _pair_scan(act, n, qp, a, singles):
+def _pair_scan(act, n, qp, a):
     """One pass over the gradient at the n active positions: the spread of the projected
     gradient (the stopping rule; a variable at both bounds, U_k = 0, counts as 0), the best
-    single-variable step (position, decrease; only with ``singles``, else (-1, 0.0)), and
-    LIBSVM's first pair variable: the position i maximising -y_t g_t over the variables that may
-    move by +y_t (below their bound for y_t = +1, above 0 for y_t = -1), with that value ``up``
-    and the smallest -y_t g_t ``low`` over those that may move by -y_t. Without ``singles`` the
-    same as :func:`_violations`, which is vectorised; this scalar loop serves the single steps."""
+    single-variable step (position, decrease), and LIBSVM's first pair variable: the position i
+    maximising -y_t g_t over the variables that may move by +y_t (below their bound for
+    y_t = +1, above 0 for y_t = -1), with that value ``up`` and the smallest -y_t g_t ``low``
+    over those that may move by -y_t. Besides the single step, the same as :func:`_violations`,
+    which is vectorised; this scalar loop serves the single steps."""
     y = act.y
     best, pick = 0.0, -1
     hi, lo = 0.0, 0.0
@@ -1176,12 +1182,9 @@ def _pair_scan(act, n, qp, a, singles):
         k = act.idx[p]
         g = act.G[p]
         at_lo, at_hi = a[k] <= 0.0, a[k] >= qp.U[k]
-        if singles:
-            pg, gain = _step_gain(g, a[k], qp.U[k], act.hd[p], best)
-            if gain > best:
-                best, pick = gain, p
-        else:
-            pg = min(g, 0.0) if at_lo else (max(g, 0.0) if at_hi else g)
+        pg, gain = _step_gain(g, a[k], qp.U[k], act.hd[p], best)
+        if gain > best:
+            best, pick = gain, p
         if at_lo and at_hi:
             pg = 0.0
         hi = max(hi, pg)
@@ -1488,7 +1491,7 @@ def _kernel_pairs(kp, qp, opts, a, act):
         singles = fine
         k, gain = -1, 0.0
         if singles:
-            spread, k, gain, i, up, low = _pair_scan(act, n, qp, a, True)
+            spread, k, gain, i, up, low = _pair_scan(act, n, qp, a)
         else:
             spread, i, up, low = _violations(act, n)
         if spread <= opts.tol:
@@ -1501,7 +1504,7 @@ def _kernel_pairs(kp, qp, opts, a, act):
         fine = not up - low > opts.tol
         if not singles and (fine or i < 0):  # a single step may be taken: the scan with its gains
             singles = True
-            spread, k, gain, i, up, low = _pair_scan(act, n, qp, a, True)
+            spread, k, gain, i, up, low = _pair_scan(act, n, qp, a)
         if opts.shrinking and steps % every == every - 1:
             n, i, k = _shrink_pairs(act, qp, a, n, up, low, i, k)
         j, t, pair_gain = -1, 0.0, 0.0
@@ -1509,7 +1512,7 @@ def _kernel_pairs(kp, qp, opts, a, act):
             j, t, pair_gain = _partner_of(kp, qp, a, act, n, i, up, partial, misses)
         pair = j >= 0 and t > 0.0 and (up - low > opts.tol or pair_gain > gain)
         if not pair and not singles:  # no pair step after all (rare): the best single step
-            _, k, gain, _, _, _ = _pair_scan(act, n, qp, a, True)
+            _, k, gain, _, _, _ = _pair_scan(act, n, qp, a)
         if not pair and k < 0:
             converged = True
             break
