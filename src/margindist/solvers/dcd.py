@@ -952,16 +952,16 @@ def _kernel_pull_sweeps(kp, qp, opts, a, rng, block, sw):
             _pull(kp.cache, pw.idx, nB, yg, pw.kvB, pw.KB, pw.scratch, sw)
             _pulled_epochs(kp, qp, opts, a, rng, pw, nB, pg_old, stats)
             _hold_cached(kp.cache, pw.idx, nB, yg, sw)
-            kept, shrunk = _shrink_block(index, s0, nB, pw.shr, active)
-            _spare_slots(kp.cache, index, shrunk, active, sw)
-            active = shrunk
+            kept, still = _shrink_block(index, s0, nB, pw.shr, active)
+            _spare_slots(kp.cache, index, still, active, sw)
+            active = still
             s0 += kept
         it += 1
-        shrunk = active < m
+        some_shrunk = active < m
         converged, active = _end_epoch(stats, pg_old, active, m, opts.tol)
         if active == m:  # every sample back (or none shrunk yet): no row is spare
             sw.nspare[0] = 0
-            if shrunk and not converged:  # back for the final check: first at the point itself
+            if some_shrunk and not converged:  # back for the final check: first at the point itself
                 _all_products(kp.cache, yg, kp.kv, pw.scratch, sw)
                 if _kkt_spread(kp, qp, a) <= opts.tol:
                     return it, True
