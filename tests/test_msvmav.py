@@ -22,6 +22,7 @@ from margindist.solvers.msvmav import (
     msvmav_linear,
     still_improving,
 )
+from margindist.solvers.msvmav.linear import row_basis
 from margindist.solvers.msvmav._cg import CGSystem
 
 UPDATES = ["sherman-morrison", "batched", "cg"]
@@ -248,6 +249,41 @@ def test_linear_path_matches_direct_algorithm(australian):
         res = msvmav_linear(X, y, s, 16.0, 1 / 16, max_iter=100, tol=0.0, update=update)
         coef, b = res.w, res.b
         assert np.allclose(np.append(coef, b), w_ref, atol=1e-8), update
+
+
+def test_row_basis_spans_the_rows():
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(12, 30))
+    X[5] = X[2]  # a repeated row: a rank-deficient span
+    for fit_intercept in (True, False):
+        Q, C = row_basis(X, fit_intercept)
+        Xt = np.hstack([X, np.ones((12, 1))]) if fit_intercept else X
+        assert Q.shape == (Xt.shape[1], 12) and C.shape == (12, 12)
+        assert np.allclose(Q.T @ Q, np.eye(12), atol=1e-12)
+        assert np.allclose(C @ Q.T, Xt, atol=1e-12)
+    assert row_basis(X[:, :11], True) is None  # 12 rows, 12 coordinates: nothing to gain
+    assert row_basis(sp.csr_matrix(X), True) is None
+
+
+@pytest.mark.parametrize("solver", ["auto", "fixed-point", "anderson"])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_wide_rows_run_in_their_span(solver, fit_intercept):
+    """Fewer rows than coordinates: the "auto" update runs in the rows' span (n coordinates)
+    and gives the iterates of the d x d systems ("batched"), the same run to rounding."""
+    rng = np.random.default_rng(9)
+    X = rng.uniform(size=(40, 300)).astype(np.float32)
+    y = np.where(X[:, :5].sum(axis=1) + rng.normal(scale=0.3, size=40) > 2.5, 1.0, -1.0)
+    s = rng.uniform(0.5, 2.0, size=40)
+    kw = dict(fit_intercept=fit_intercept, solver=solver, max_iter=150, return_best=True)
+    a = msvmav_linear(X, y, s, 2.0, 0.25, update="auto", **kw)
+    b = msvmav_linear(X, y, s, 2.0, 0.25, update="batched", **kw)
+    assert a.family == "compiled" and b.family == "direct"  # 40 coordinates against 300 or 301
+    assert a.n_iter == b.n_iter and a.best_iter == b.best_iter
+    for f in ("n_active", "n_changes"):
+        assert np.array_equal(a.history[f], b.history[f])
+    assert np.allclose(a.history["bound"], b.history["bound"], rtol=1e-9)
+    assert a.w.shape == (300,)
+    assert np.allclose(a.w, b.w, atol=1e-9) and np.isclose(a.b, b.b, atol=1e-9)
 
 
 def test_compiled_loop_matches_numpy_loop(wdbc):

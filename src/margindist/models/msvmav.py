@@ -194,6 +194,9 @@ class MSVMAv(BaseMarginClassifier):
           batched scheme (rank-one updates save nothing at this size and per-call overhead
           dominates); CG above 4096 features (2048 for sparse X); otherwise per iteration the
           cheaper of a Woodbury update (about 4 c d^2 flops) and a refactorisation (d^3 / 3).
+          Dense X with fewer rows n than coordinates d (features and bias): first the rows'
+          coordinates in an orthonormal basis of their span (one QR factorisation, O(d n^2)),
+          where every iterate lies; the same iteration then runs on n coordinates.
           Kernel path with ``kernel_prox="paper"`` and a positive semi-definite kernel (rbf,
           linear, poly with coef0 >= 0): no eigendecomposition; one Cholesky inverse of
           diag(1/s) + K and a compiled loop in the coefficients, where the semi-variance step is
