@@ -226,6 +226,36 @@ def test_lssvm_linear_at_a_huge_feature_scale_equals_the_rescaled_model(data):
     np.testing.assert_allclose(big.decision_function(X * 1e8), small.decision_function(X), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("E", ALL_ESTIMATORS)
+@pytest.mark.parametrize("scale", [1e100, 1e150])
+def test_overflowing_feature_scale_gives_a_clear_error_or_a_warned_model(E, scale, data):
+    """Features whose products overflow float64: a ValueError / FloatingPointError that says to
+    scale them, or a finite model with a few warnings (the feature scale among them), never a
+    crash deep in a solver or one warning per iteration."""
+    X, y = data
+    est = E(kernel="linear") if "kernel" in E().get_params() else E()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        try:
+            est.fit(X * scale, y)
+        except (ValueError, FloatingPointError) as exc:
+            assert "cale the features" in str(exc) or "Standardise the features" in str(exc)
+            return
+    assert len(record) <= 5, [str(w.message)[:80] for w in record[:5]]
+    assert any(issubclass(w.category, FeatureScaleWarning) for w in record)
+    assert np.all(np.isfinite(est.decision_function(X * scale)))
+
+
+def test_m3svm_on_large_features_warns_about_the_scale_only(data):
+    X, y = data
+    X = X - 0.5  # centred: the Newton systems' bias entry against features of 1e16 (condition ~1e16)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        est = md.M3SVM().fit(X * 1e8, y)  # no LinAlgWarning from each Newton step
+    assert [w.category for w in record] == [FeatureScaleWarning]
+    assert est.score(X * 1e8, y) == md.M3SVM().fit(X, y).score(X, y)
+
+
 def test_degenerate_model_warning_names_the_cause(data):
     X, y = data
     with pytest.warns(DegenerateModelWarning, match="extreme scale"):

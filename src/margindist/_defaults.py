@@ -174,8 +174,16 @@ def m3svm_lam(lam, X, sample_weight, p, n_classes, loss="smooth_hinge", fit_inte
     s = np.asarray(sample_weight, dtype=np.float64)
     S = float(s.sum())
     spread = typical_spread(X, s, fit_intercept) / S
-    scale = (spread if spread > 0 else 1.0) ** (float(p) / 2.0)
-    return M3SVM_LAM_FACTOR * scale / S * 2.0 / int(n_classes)
+    with np.errstate(over="ignore", under="ignore"):
+        scale = np.float64(spread if spread > 0 else 1.0) ** (float(p) / 2.0)
+    lam = float(M3SVM_LAM_FACTOR * scale / S * 2.0 / int(n_classes))
+    if not (np.isfinite(lam) and lam > 0.0):
+        raise ValueError(
+            f"lam='auto': the regulariser's weight for features of this scale (a typical spread of {spread:.3g} "
+            f"per sample, p={p:g}) is outside float64's range. Scale the features (e.g. StandardScaler) or give "
+            "lam a value."
+        )
+    return lam
 
 
 def typical_spread(X, sample_weight, centred=True) -> float:

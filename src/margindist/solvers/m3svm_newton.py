@@ -51,6 +51,7 @@ Newton-CG, and far less work per step than scipy's L-BFGS-B on K d variables.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import scipy.linalg
@@ -377,7 +378,9 @@ class _BinaryProblem:
         if self.direct:
             H = self._hessian()
             try:
-                return scipy.linalg.solve(H, -g, assume_a="pos", check_finite=False), 0
+                with warnings.catch_warnings():  # features on very different scales: the line search
+                    warnings.simplefilter("ignore", scipy.linalg.LinAlgWarning)  # judges the step
+                    return scipy.linalg.solve(H, -g, assume_a="pos", check_finite=False), 0
             except (np.linalg.LinAlgError, ValueError):
                 return np.linalg.lstsq(H, -g, rcond=None)[0], 0
         minv = 1.0 / self._diagonal()

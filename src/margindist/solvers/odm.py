@@ -341,21 +341,24 @@ def _warn_max_iter(method, tol, max_iter, unit, remedy):
 
 
 def _cg(hessp, rhs, rtol, max_cg):
+    """Conjugate gradients on H x = rhs from 0 to a relative residual ``rtol``; stops at a
+    value that overflows (x is then not finite, which the caller reports)."""
     x = np.zeros_like(rhs)
     r = rhs.copy()
     pdir = r.copy()
     rr = r @ r
     stop = (rtol**2) * rr
     n = 0
-    while n < max_cg and rr > stop:
-        Hp = hessp(pdir)
-        alpha = rr / (pdir @ Hp)
-        x += alpha * pdir
-        r -= alpha * Hp
-        rr_new = r @ r
-        pdir = r + (rr_new / rr) * pdir
-        rr = rr_new
-        n += 1
+    with np.errstate(over="ignore", invalid="ignore"):
+        while n < max_cg and rr > stop and np.isfinite(rr):
+            Hp = hessp(pdir)
+            alpha = rr / (pdir @ Hp)
+            x += alpha * pdir
+            r -= alpha * Hp
+            rr_new = r @ r
+            pdir = r + (rr_new / rr) * pdir
+            rr = rr_new
+            n += 1
     return x, n
 
 
@@ -389,7 +392,8 @@ def _line_search(vd, dd, z, e, c, mu, theta):
             lo = t
         else:
             hi = t
-        t_new = t - g / ddphi(t)
+        h = ddphi(t)
+        t_new = t - g / h if h > 0.0 else 0.5 * (lo + hi)
         if not (lo < t_new < hi):
             t_new = 0.5 * (lo + hi)
         if abs(t_new - t) <= 1e-15 * max(1.0, abs(t)):
@@ -425,7 +429,13 @@ def odm_newton(X, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0, tol
             return s + A.xtr(h * A.xv(s))
 
         dvec, n_cg = _cg(hessp, -g, min(0.1, np.sqrt(gnorm / max(g_ref, 1e-300))), 10 * (A.d + 1))
-        e = y * A.xv(dvec)
+        with np.errstate(over="ignore", invalid="ignore"):
+            e = y * A.xv(dvec)
+        if not (np.all(np.isfinite(dvec)) and np.all(np.isfinite(e))):
+            raise FloatingPointError(
+                f"ODM: Newton's method overflowed at iteration {it + 1} (its direction is not finite in "
+                "float64): the features are too large. Scale the features (e.g. to [0, 1] or standardise them)."
+            )
         t = _line_search(float(v @ dvec), float(dvec @ dvec), z, e, c, mu, theta)
         v += t * dvec
         z += t * e
