@@ -42,6 +42,25 @@ def test_kernel_decision_is_chunked_product(X, rng):
     np.testing.assert_allclose(kernel_decision(spec, X, Z, coef, max_bytes=8 * 11 * 2), full, rtol=1e-12)
 
 
+@pytest.mark.parametrize("kind", ["rbf", "poly", "sigmoid"])
+def test_kernel_blocks_of_dense_rows_are_sklearn_s(X, rng, kind):
+    """The blocks between dense rows skip scikit-learn's input checks but keep its formulas:
+    the same values in float64; float32 rows are computed in float64 (scikit-learn's own kernel
+    of float32 rows is float32), so a float32 model predicts as its float64 copy does."""
+    params = {"gamma": 0.3, **({"degree": 3, "coef0": 1.0} if kind == "poly" else {}),
+              **({"coef0": 0.5} if kind == "sigmoid" else {})}
+    spec = resolve_kernel(kind, X, **params)
+    Z = rng.normal(size=(11, 5))
+    coef = rng.normal(size=11)
+    np.testing.assert_allclose(kernel_matrix(spec, X, Z), pairwise_kernels(X, Z, metric=kind, **params),
+                               rtol=1e-14, atol=1e-15)
+    X32, Z32 = X.astype(np.float32), Z.astype(np.float32)
+    np.testing.assert_array_equal(kernel_decision(spec, X32, Z32, coef),
+                                  kernel_decision(spec, X32.astype(np.float64), Z32.astype(np.float64), coef))
+    np.testing.assert_allclose(kernel_matrix(spec, X32, Z32), pairwise_kernels(X32, Z32, metric=kind, **params),
+                               rtol=1e-5, atol=1e-5)
+
+
 def test_gamma_scale_matches_sklearn_svc(X):
     svc = SVC(gamma="scale").fit(X, (X[:, 0] > 0).astype(int))
     assert resolve_kernel("rbf", X).gamma == pytest.approx(svc._gamma, rel=1e-12)
