@@ -378,8 +378,10 @@ class _BinaryProblem:
         if self.direct:
             H = self._hessian()
             try:
-                with warnings.catch_warnings():  # features on very different scales: the line search
-                    warnings.simplefilter("ignore", scipy.linalg.LinAlgWarning)  # judges the step
+                # with features on very different scales H is ill-conditioned; the line search
+                # judges the step, so no warning at each Newton step
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", scipy.linalg.LinAlgWarning)
                     return scipy.linalg.solve(H, -g, assume_a="pos", check_finite=False), 0
             except (np.linalg.LinAlgError, ValueError):
                 return np.linalg.lstsq(H, -g, rcond=None)[0], 0

@@ -291,7 +291,7 @@ def msvmav_linear(X, y, sample_weight, alpha, beta, *, fit_intercept=True, solve
     copied), so the bias is a coordinate of w and part of ||w|| = 1, as in the paper. Dense X
     with fewer rows than coordinates runs in the coordinates of the rows' span
     (:func:`row_basis`) under ``update="auto"`` without a callback or start: on 280 x 3001,
-    0.06 s instead of 2.2 s in d x d systems, the same decision values to rounding.
+    0.08 s instead of 2.2 s in d x d systems, the same decision values to rounding.
     """
     X = as_float(X)
     reduce = kw.get("update", "auto") == "auto" and kw.get("callback") is None and kw.get("w0") is None
