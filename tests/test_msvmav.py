@@ -427,9 +427,13 @@ def test_history_matches_margins_of_returned_model():
 
 def test_warns_while_active_set_still_changes():
     X, y = _scaled("magic", n=3000)
-    with pytest.warns(ConvergenceWarning, match="active set"):
+    with pytest.warns(ConvergenceWarning, match="active set") as record:
         clf = MSVMAv(alpha=16, beta=1 / 16, max_iter=5).fit(X, y)
     assert clf.history_["n_changes"][-1] > 0
+    # the remedy offered is one the user has not already taken
+    assert not any("return_best=True" in str(w.message) for w in record)
+    with pytest.warns(ConvergenceWarning, match="or use return_best=True"):
+        MSVMAv(alpha=16, beta=1 / 16, max_iter=5, return_best=False).fit(X, y)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         clf = MSVMAv(alpha=1 / 16, beta=16, max_iter=100).fit(X, y)  # settles quickly

@@ -256,6 +256,17 @@ def test_m3svm_on_large_features_warns_about_the_scale_only(data):
     assert est.score(X * 1e8, y) == md.M3SVM().fit(X, y).score(X, y)
 
 
+def test_kmomd_linear_on_columns_of_wild_scales_warns_about_the_scale_only():
+    X, y = make_classification(600, 20, n_informative=10, flip_y=0.01, random_state=3)
+    X = (X - X.mean(0)) / X.std(0)
+    X[:, :7] *= 1e6
+    X[:, 7:14] *= 1e-6
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        md.KMOMD(kernel="linear").fit(X, y)  # its Newton systems: no LinAlgWarning
+    assert [w.category for w in record] == [FeatureScaleWarning]
+
+
 def test_degenerate_model_warning_names_the_cause(data):
     X, y = data
     with pytest.warns(DegenerateModelWarning, match="extreme scale"):

@@ -500,10 +500,11 @@ class MSVMAv(BaseMarginClassifier):
             if not self.return_best and h["bound"][res.best_iter] < h["bound"][-1]:
                 best = (f" The returned last iterate has SV/theta^2 = {h['bound'][-1]:.4g}; iterate "
                         f"{res.best_iter} had {h['bound'][res.best_iter]:.4g}.")
+            remedy = ("Increase max_iter." if self.return_best else
+                      "Increase max_iter, or use return_best=True to keep the iterate with the best SV/theta^2.")
             warnings.warn(
                 f"MSVMAv: the active set (margins below the average) still changed in the last "
-                f"iterations of {res.n_iter}; the iterate has not settled.{best} Increase "
-                "max_iter, or use return_best=True to keep the iterate with the best SV/theta^2.",
+                f"iterations of {res.n_iter}; the iterate has not settled.{best} {remedy}",
                 ConvergenceWarning,
                 stacklevel=4,
             )

@@ -70,6 +70,8 @@ from z = v(gamma) of the given distribution.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import scipy.sparse as sp
 from numba import njit
@@ -423,7 +425,9 @@ class _Newton:
         H *= self.a
         H[np.diag_indices_from(H)] += 1.0
         try:
-            return sla.solve(H, r, assume_a="pos", check_finite=False)
+            with warnings.catch_warnings():  # ill-conditioned on features of very different scales,
+                warnings.simplefilter("ignore", sla.LinAlgWarning)  # which FeatureScaleWarning reports
+                return sla.solve(H, r, assume_a="pos", check_finite=False)
         except (np.linalg.LinAlgError, ValueError):  # H >= I up to rounding: features on an extreme scale
             return np.linalg.lstsq(H, r, rcond=None)[0]
 
