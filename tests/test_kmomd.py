@@ -1129,3 +1129,17 @@ def test_auto_takes_the_smo_on_linear_problems_with_no_more_rows_than_features()
     np.testing.assert_allclose(auto.objective_, newton.objective_, rtol=1e-8)
     D = newton.decision_function(wide)
     np.testing.assert_allclose(auto.decision_function(wide), D, atol=1e-6 * np.abs(D).max())
+
+
+@pytest.mark.parametrize("cache_size", [200, 1])
+def test_indefinite_kernel_stops_at_a_kkt_point(cache_size):
+    """The sigmoid kernel is not positive semi-definite and L(gamma) can be negative: the stopping
+    rule on |L| still ends the pair steps (before, tol * 2 L < 0 kept them going to max_iter)."""
+    X, y = make_classification(600, 20, n_informative=10, flip_y=0.02, random_state=11)
+    X = (X - X.mean(0)) / X.std(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        est = KMOMD(kernel="sigmoid", cache_size=cache_size, max_iter=200_000).fit(X, y)
+    assert est.n_iter_ < 200_000 and est.objective_[0] < 0.0
+    g = kmomd_kernel(resolve_kernel("sigmoid", X), X, np.where(y == 1, 1.0, -1.0), lam=0.1, newton=False)
+    assert g.converged and g.violation <= 1e-3 * 2.0 * abs(g.objective)

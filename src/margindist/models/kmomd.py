@@ -388,7 +388,7 @@ class KMOMD(BaseMarginClassifier):
         if res.status == "max_iter":
             warnings.warn(
                 f"KMOMD stopped after max_iter={max_iter} pair updates with violation "
-                f"{res.violation:.3g} > tol * 2 L = {self.tol * 2 * res.objective:.3g}. Raise max_iter, "
+                f"{res.violation:.3g} > tol * 2 |L| = {self.tol * 2 * abs(res.objective):.3g}. Raise max_iter, "
                 "raise tol, or use a larger lam (small lam converges slowly).",
                 ConvergenceWarning,
                 stacklevel=3,

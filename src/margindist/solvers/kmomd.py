@@ -31,7 +31,9 @@ Stopping rule: the largest violation over both classes is <= tol * 2 L(gamma). B
 the simplex constraints, L(gamma) - L* <= sum_c (max_{gamma_j > 0} G_j - min_j G_j), so the rule
 bounds the relative objective gap by 2 tol. (The gradient's scale is L itself: the
 gamma-weighted class means mu_c of G add up to 2 L, so the rule is invariant to the kernel's
-and the weights' scale.)
+and the weights' scale.) With a kernel that is not positive semi-definite (sigmoid) L can be
+negative and the problem is not convex: the rule, on |L|, then stops the steps at a point that
+meets the KKT conditions to that accuracy, which need not be the minimiser.
 
 Layout: the rows are put in class order (positive class first) so that the gradient update and
 the pair selection run over two contiguous ranges (no index gathers, no per-row class test).
@@ -409,7 +411,7 @@ def _smo(kernel, cache, diag, rows, v, y, cached_pair, inv_w, lam, gamma, G, m_p
             if rc >= 0 and qc >= 0 and (rc != r or qc != q) and G[qc] - G[rc] >= cached_pair * viol:
                 r = rc
                 q = qc
-        if viol <= tol * 2.0 * obj:
+        if viol <= tol * 2.0 * abs(obj):
             return it, viol, obj, n_hist, _CONVERGED
         if lam == 0.0 and obj <= _HULL_TOUCH * obj0:
             return it, viol, obj, n_hist, _HULLS_TOUCH
@@ -730,7 +732,7 @@ def _newton_phase(cache, y, w, lam, gamma, tol, block_bytes):
         g = np.zeros(m)
         g[idx] = gI
         G = _kmomd_gradient(cache, y, g, idx, a2, b2 * inv_w)
-        if np.all(gI >= 0.0) and _violation(G, g, pos) <= tol * float(g @ G):
+        if np.all(gI >= 0.0) and _violation(G, g, pos) <= tol * abs(float(g @ G)):
             return g, G, n_it, n_cg  # feasible, and it meets the SMO's stopping rule
         I_new = (I & (g > 0)) | (~I & (G < np.where(pos, nu[0], nu[1])))
         changes = int(np.count_nonzero(I_new != I))
@@ -817,7 +819,7 @@ def _smo_while_fast(smo, m, max_iter, tol):
     while budget > 0 and smo.status == "max_iter" and smo.it < max_iter:
         smo.run(min(max_iter, smo.it + m))
         budget -= 1
-        v1, target = smo.violation, tol * 2.0 * smo.obj
+        v1, target = smo.violation, tol * 2.0 * abs(smo.obj)
         if smo.status != "max_iter" or v1 <= target:
             return False
         if not v1 < v0 or np.log(v1 / target) > budget * np.log(v0 / v1):
@@ -1017,7 +1019,7 @@ def kmomd_kernel(spec: KernelSpec, X, y, sample_weight=None, lam=0.1, *, tol=1e-
     if use_newton and lam > 0.0:
         # a warm start is (about) at the support: the Newton phase may start after m updates
         smo.run(min(max_iter, (_NEWTON_AFTER_WARM if warm else _NEWTON_AFTER) * m))
-        far = smo.violation > _NEWTON_GAP * tol * 2.0 * smo.obj  # else the SMO is about to finish
+        far = smo.violation > _NEWTON_GAP * tol * 2.0 * abs(smo.obj)  # else the SMO is about to finish
         if far and newton is not True and cache.n_slots < m:  # a partial cache
             far = _smo_while_fast(smo, m, max_iter, tol)
         if smo.status == "max_iter" and smo.it < max_iter and (far or newton is True):
