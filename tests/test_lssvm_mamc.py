@@ -244,6 +244,32 @@ def test_cholesky_keeps_the_callers_matrices_and_falls_back_when_indefinite(hear
             np.testing.assert_allclose(res.coef, coef, rtol=1e-6, atol=1e-8 * np.abs(coef).max())
 
 
+def test_cg_on_an_indefinite_system_stops_at_negative_curvature(heart):
+    """Conjugate gradients on K + D with an indefinite kernel (sigmoid) wandered for thousands
+    of iterations; they now stop at the first direction of non-positive curvature. With the
+    Gram matrix at hand the symmetric indefinite solve takes over (and warns, as the Cholesky
+    route does); without it, a ValueError names the kernel."""
+    from margindist.kernels import resolve_kernel
+    from margindist.solvers import lssvm as ls
+
+    X, y = heart
+    y = np.where(y == np.unique(y)[1], 1.0, -1.0)
+    s = np.ones(y.size)
+    spec = resolve_kernel("sigmoid", X, gamma=0.5, coef0=-1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        ref = ls.lssvm_kernel(spec, X, y, s, 1e6, solver="cholesky")
+    for solver in ("cg", "auto"):
+        with pytest.warns(UserWarning, match="not positive semi-definite"):
+            res = ls.lssvm_kernel(spec, X, y, s, 1e6, solver=solver)
+        assert res.converged and res.n_iter < 10
+        np.testing.assert_allclose(res.coef, ref.coef, rtol=1e-6, atol=1e-8 * np.abs(ref.coef).max())
+    with pytest.raises(ValueError, match="not positive definite.*kernel='sigmoid'"):
+        ls.lssvm_kernel(spec, X, y, s, 1e6, solver="cg", max_bytes=8 * 1000)  # the Gram matrix does not fit
+    with pytest.raises(ls.IndefiniteSystem):
+        ls.block_pcg(lambda V: -V, np.ones((5, 1)), lambda R: R, 1e-10)
+
+
 def test_auto_kernel_solver_gives_way_to_cholesky_when_cg_would_be_slow():
     """solver="auto": at a small C conjugate gradients finish; at a large C their rate predicts
     more iterations than the budget after a few, and the Cholesky solve takes over. Both give

@@ -182,12 +182,22 @@ def _predicted_iterations(R, B_norm, target, it):
     return float(np.max(np.where(rate < 0, need, np.inf)))
 
 
+class IndefiniteSystem(ArithmeticError):
+    """:func:`block_pcg` met a direction of non-positive curvature: H is not positive definite
+    (a kernel that is not positive semi-definite, such as the sigmoid)."""
+
+    def __init__(self, iteration):
+        super().__init__(f"non-positive curvature at conjugate-gradient iteration {iteration}")
+        self.iteration = iteration
+
+
 def block_pcg(hmul, B, prec, tol, max_iter=None, give_up=None):
     """Solve H Z = B for the columns of B (H symmetric positive definite) by preconditioned
     conjugate gradients, one product ``hmul(P)`` with all columns per iteration; a column stops
     moving once ||r|| <= tol ||b||. ``give_up``: from iteration :data:`_GIVE_UP_AFTER` on, stop
     as soon as the residuals' geometric decrease so far predicts more iterations than this (a
-    caller with a direct method to fall back on). Returns (Z, iterations, converged)."""
+    caller with a direct method to fall back on). Returns (Z, iterations, converged); raises
+    :class:`IndefiniteSystem` at a direction p with p^T H p <= 0 (CG would wander on)."""
     Z, R = np.zeros_like(B), B.copy()
     B_norm = np.maximum(np.linalg.norm(B, axis=0), np.finfo(float).tiny)
     target = tol * B_norm
@@ -203,7 +213,10 @@ def block_pcg(hmul, B, prec, tol, max_iter=None, give_up=None):
         if give_up is not None and it >= _GIVE_UP_AFTER and _predicted_iterations(R, B_norm, target, it) > give_up:
             return Z, it, False
         HP = hmul(P)
-        alpha = np.where(live, rz / np.where(live, np.einsum("ij,ij->j", P, HP), 1.0), 0.0)
+        curvature = np.einsum("ij,ij->j", P, HP)
+        if np.any(live & ~(curvature > 0.0)):
+            raise IndefiniteSystem(it + 1)
+        alpha = np.where(live, rz / np.where(live, curvature, 1.0), 0.0)
         Z += alpha * P
         R -= alpha * HP
         Pz = prec(R)
@@ -344,7 +357,19 @@ def lssvm_kernel(spec: KernelSpec, X, y, sample_weight, C, *, solver="cholesky",
         G = G if remake is None else None
     else:
         give_up = max(m / AUTO_CG_RATIO, 2 * _GIVE_UP_AFTER) if solver == "auto" else None
-        eta, nu, n_iter, converged = _cg_solve(spec, X, G, y, d, tol, max_iter, give_up, max_bytes)
+        try:
+            eta, nu, n_iter, converged = _cg_solve(spec, X, G, y, d, tol, max_iter, give_up, max_bytes)
+        except IndefiniteSystem as exc:
+            if G is None:
+                raise ValueError(
+                    f"LSSVM: the system K + D is not positive definite (kernel={spec.kind!r}; conjugate "
+                    f"gradients met negative curvature at iteration {exc.iteration}), so they cannot solve it. "
+                    "Use a positive semi-definite kernel (rbf, or poly with coef0 >= 0), or solver='cholesky' "
+                    "(an m x m factorisation)."
+                ) from None
+            eta, nu = _cholesky_solve(G, y, d, remake)  # warns, and solves the indefinite system
+            G = G if remake is None else None
+            n_iter, converged = exc.iteration + 1, True
         if solver == "auto" and not converged:
             if log is not None:
                 log.info("LSSVM: CG predicted more than %d iterations after %d; Cholesky instead", give_up, n_iter)
