@@ -267,6 +267,15 @@ def test_kmomd_linear_on_columns_of_wild_scales_warns_about_the_scale_only():
     assert [w.category for w in record] == [FeatureScaleWarning]
 
 
+def test_a_diverging_fit_with_an_indefinite_kernel_names_the_kernel():
+    """ODM's dual has no upper bound: with the sigmoid kernel on standardised rows it diverges,
+    and the error says that the kernel, not the feature scale, is the likely cause."""
+    X, y = make_classification(1000, 20, n_informative=10, flip_y=0.02, random_state=11)
+    X = (X - X.mean(0)) / X.std(0)
+    with pytest.raises(FloatingPointError, match="sigmoid kernel is not positive semi-definite"):
+        md.ODM(kernel="sigmoid").fit(X, y)
+
+
 def test_degenerate_model_warning_names_the_cause(data):
     X, y = data
     with pytest.warns(DegenerateModelWarning, match="extreme scale"):

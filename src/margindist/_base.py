@@ -334,8 +334,13 @@ def _check_finite_model(est, *arrays):
     """A solver that overflowed must not leave a silent NaN model behind."""
     for a in arrays:
         if not np.all(np.isfinite(a)):
+            kernel = getattr(est, "kernel", None)
+            indefinite = kernel == "sigmoid" or (kernel == "poly" and getattr(est, "coef0", 0.0) < 0)
+            cause = (f" The {kernel} kernel is not positive semi-definite, and with it the problem need "
+                     "not have a bounded solution: use a positive semi-definite kernel (rbf, linear, poly "
+                     "with coef0 >= 0)." if indefinite else "")
             raise FloatingPointError(
-                f"{type(est).__name__} produced non-finite coefficients (the solver overflowed). "
+                f"{type(est).__name__} produced non-finite coefficients (the solver overflowed).{cause} "
                 "Scale the features (e.g. MinMaxScaler or StandardScaler), or use a smaller "
                 "regularisation weight / step size."
             )
