@@ -9,7 +9,7 @@ import pytest
 import scipy.sparse as sp
 from _numdiff import central_diff
 from scipy.optimize import minimize
-from sklearn.datasets import load_iris, make_blobs
+from sklearn.datasets import load_iris, make_blobs, make_classification
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
@@ -781,3 +781,13 @@ def test_search_over_weights_on_off_centre_rows(wide, monkeypatch):
     calls = _spy_row_space(monkeypatch)
     M3SVMCV({"lam": [1e-3, 1e-2, 1e-1]}, cv=folds, refit=False).fit(X, y)
     assert len(calls) == len(folds)
+
+
+def test_convergence_warning_advises_standardising_dense_rows_only():
+    X, y = make_classification(300, 8, n_informative=5, n_classes=3, random_state=2)
+    for rows, advice in ((X, True), (sp.csr_matrix(np.abs(X)), False)):
+        with pytest.warns(ConvergenceWarning) as record:
+            M3SVM(max_iter=2).fit(rows, y)
+        messages = [str(w.message) for w in record if issubclass(w.category, ConvergenceWarning)]
+        assert any(("standardise" in m) == advice for m in messages)
+        assert all(("standardise" in m) == advice for m in messages)

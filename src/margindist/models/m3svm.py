@@ -332,7 +332,7 @@ class M3SVM(BaseMarginClassifier):
                 kw["coef_init"] = space.to_space(coef0)
             W, b, n_iter, obj, converged = self._fit_deterministic(solver, X_fit, y_index, sample_weight, K, kw, weak)
             W = W if space is None else space.from_space(W)
-            remedy = "Increase max_iter, or standardise the features."
+            remedy = "Increase max_iter." if sp.issparse(X) else "Increase max_iter, or standardise the features."
         if not converged:
             warnings.warn(
                 f"M3SVM ({solver}) did not converge to tol={self.tol} in max_iter="

@@ -212,7 +212,8 @@ def _initial_a(a0, n_var, U):
 def _warn(n_iter, tol, what):
     warnings.warn(
         f"{what}: dual coordinate descent did not reach tol={tol:g} in max_iter={n_iter} epochs. "
-        "Increase max_iter, loosen tol, or scale the features (e.g. to [0, 1]).",
+        "Increase max_iter or loosen tol (features on very different scales, and a kernel of large gamma "
+        "or degree, slow it down).",
         ConvergenceWarning,
         stacklevel=3,
     )
