@@ -267,6 +267,23 @@ def test_kmomd_linear_on_columns_of_wild_scales_warns_about_the_scale_only():
     assert [w.category for w in record] == [FeatureScaleWarning]
 
 
+@pytest.mark.parametrize("E", [md.ODM, md.LDM, md.KMOMD, md.MSVMAv, md.MAMC])
+@pytest.mark.parametrize("kernel, coef0", [("sigmoid", 0.0), ("poly", -1.0), ("poly", 1.0)])
+def test_a_kernel_that_is_not_positive_semi_definite_is_named_at_fit(E, kernel, coef0, data):
+    """Sigmoid, or poly with coef0 < 0: the methods whose problem is convex only with a positive
+    semi-definite kernel warn (MAMC's closed form needs none)."""
+    X, y = data
+    indefinite = kernel == "sigmoid" or coef0 < 0
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        try:
+            E(kernel=kernel, coef0=coef0).fit(X, y)
+        except FloatingPointError:  # ODM's dual can diverge with it
+            pass
+    named = [w for w in record if "is not positive semi-definite" in str(w.message)]
+    assert len(named) == (indefinite and E is not md.MAMC)
+
+
 def test_a_diverging_fit_with_an_indefinite_kernel_names_the_kernel():
     """ODM's dual has no upper bound: with the sigmoid kernel on standardised rows it diverges,
     and the error says that the kernel, not the feature scale, is the likely cause."""

@@ -34,6 +34,7 @@ import functools
 import logging
 import numbers
 import sys
+import warnings
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 
@@ -351,6 +352,10 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
 
     #: Native multi-class methods set this and implement ``_fit_multiclass``.
     _native_multiclass = False
+    #: Whether the method's problem is convex only with a positive semi-definite kernel (a fit
+    #: with the sigmoid kernel then warns, :meth:`_warn_indefinite`). MAMC's closed form needs
+    #: none; LSSVM detects an indefinite system itself.
+    _needs_psd_kernel = True
     #: The ``multi_class`` strategies that ``partial_fit`` supports for more than two classes.
     _stream_multi_class = ("ovr", "ovo")
     #: Set by methods whose exact kernel path treats a sample weight k as exactly k copies of a
@@ -476,6 +481,23 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         device = kernel_device(getattr(self, "device", None), type(self).__name__)
         return spec if device is None else replace(spec, device=device)
 
+    def _warn_indefinite(self, spec):
+        """Warn that a kernel which is not positive semi-definite (sigmoid, poly with coef0 < 0)
+        makes the method's problem non-convex, for the methods that need one
+        (:attr:`_needs_psd_kernel`)."""
+        if not self._needs_psd_kernel or spec is None:
+            return
+        if spec.kind == "sigmoid" or (spec.kind == "poly" and spec.coef0 < 0):
+            name = type(self).__name__
+            warnings.warn(
+                f"{name}: the {spec.kind} kernel is not positive semi-definite, so {name}'s problem is not "
+                "convex with it: the solution can depend on the solver's path (tol, cache_size) and be far "
+                "from the best one. A positive semi-definite kernel (rbf, linear, poly with coef0 >= 0) "
+                "avoids this.",
+                UserWarning,
+                stacklevel=4,
+            )
+
     def _accepts_sparse(self) -> bool:
         return getattr(self, "kernel", None) != "precomputed"
 
@@ -581,6 +603,7 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         else:
             keep, X_fit, y_fit, sw_fit = None, X, y_index, sw
         spec = self._kernel_spec(X_fit, sw_fit)
+        self._warn_indefinite(spec)
         # one BLAS thread unless the fit factorises a large dense matrix
         with blas_single_thread(self._factorised_order(X_fit, spec)):
             self._shared_data = data

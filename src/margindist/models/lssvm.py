@@ -156,6 +156,8 @@ class LSSVM(BaseMarginClassifier):
     True
     """
 
+    _needs_psd_kernel = False
+
     _parameter_constraints = {
         "C": POSITIVE,
         **KERNEL_PARAMS,

@@ -112,6 +112,8 @@ class MAMC(BaseMarginClassifier):
     1.0
     """
 
+    _needs_psd_kernel = False
+
     _expected_failed_checks = {
         "check_class_weight_classifiers": (
             "bias='midpoint' is class-balanced by construction: class weights cancel inside "
