@@ -353,8 +353,8 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
     #: Native multi-class methods set this and implement ``_fit_multiclass``.
     _native_multiclass = False
     #: Whether the method's problem is convex only with a positive semi-definite kernel (a fit
-    #: with the sigmoid kernel then warns, :meth:`_warn_indefinite`). MAMC's closed form needs
-    #: none; LSSVM detects an indefinite system itself.
+    #: with the sigmoid kernel, or poly with coef0 < 0, then warns: :meth:`_warn_indefinite`).
+    #: MAMC's closed form needs none; LSSVM detects an indefinite system itself.
     _needs_psd_kernel = True
     #: The ``multi_class`` strategies that ``partial_fit`` supports for more than two classes.
     _stream_multi_class = ("ovr", "ovo")

@@ -425,8 +425,9 @@ class _Newton:
         H *= self.a
         H[np.diag_indices_from(H)] += 1.0
         try:
-            with warnings.catch_warnings():  # ill-conditioned on features of very different scales,
-                warnings.simplefilter("ignore", sla.LinAlgWarning)  # which FeatureScaleWarning reports
+            # ill-conditioned on features of very different scales, which FeatureScaleWarning reports
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", sla.LinAlgWarning)
                 return sla.solve(H, r, assume_a="pos", check_finite=False)
         except (np.linalg.LinAlgError, ValueError):  # H >= I up to rounding: features on an extreme scale
             return np.linalg.lstsq(H, r, rcond=None)[0]
