@@ -256,7 +256,8 @@ def test_row_basis_spans_the_rows():
     X = rng.normal(size=(12, 30))
     X[5] = X[2]  # a repeated row: a rank-deficient span
     for fit_intercept in (True, False):
-        Q, C = row_basis(X, fit_intercept)
+        space = row_basis(X, fit_intercept)
+        Q, C = space.Q, space.Xr
         Xt = np.hstack([X, np.ones((12, 1))]) if fit_intercept else X
         assert Q.shape == (Xt.shape[1], 12) and C.shape == (12, 12)
         assert np.allclose(Q.T @ Q, np.eye(12), atol=1e-12)

@@ -144,7 +144,7 @@ class M3SVM(BaseMarginClassifier):
         the reproduction presets keep their solver). All stop on the same gradient tolerance.
         On dense X with at least twice as many features as rows, every solver but "adam" runs
         in the span of the rows (a thin QR of X^T; the same minimiser, cheaper products; see
-        :class:`~margindist.solvers.m3svm.RowSpace`) when that pays, and always within a grid
+        :class:`~margindist.solvers._gram.RowSpace`) when that pays, and always within a grid
         search, which factorises once per fold.
         "adam": Adam on the
         same objective and gradient; through PyTorch when it is installed (on ``device``), in
@@ -372,7 +372,7 @@ class M3SVM(BaseMarginClassifier):
 
     def _row_space(self, X, Xc, n_classes, log, centre_key=None):
         """The row space of wide dense rows ``Xc`` (X centred, or X) to solve in
-        (:class:`~margindist.solvers.m3svm.RowSpace`: the same minimiser, cheaper products), made
+        (:class:`~margindist.solvers._gram.RowSpace`: the same minimiser, cheaper products), made
         once per fold of a grid search and centre (``centre_key``); or None."""
         if not row_space_pays(Xc, n_classes, shared=self._shares_set_up(X)):
             return None

@@ -13,7 +13,10 @@ instead.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+import scipy.linalg as sla
 import scipy.sparse as sp
 from numba import njit
 from scipy.linalg import blas
@@ -21,8 +24,8 @@ from scipy.linalg import blas
 from ..kernels import TILE_ADD, _chunk_rows, row_tile1, row_tile8
 from ._rows import nonneg
 
-__all__ = ["BLOCK_BYTES", "KERNEL_ROWS_MAX_WORK", "column_spreads", "float64_blocks", "gram_work", "lower_to_full",
-           "row_gram", "sym_dot", "sym_rows", "weighted_gram", "wide", "x_dot", "xt_dot"]
+__all__ = ["BLOCK_BYTES", "KERNEL_ROWS_MAX_WORK", "RowSpace", "column_spreads", "float64_blocks", "gram_work",
+           "lower_to_full", "row_gram", "row_space", "sym_dot", "sym_rows", "weighted_gram", "wide", "x_dot", "xt_dot"]
 
 #: Bytes of one float64 block of rows: small enough to stay in cache between its conversion and
 #: its product (50 000 x 1000 float32 rows, one thread: X v in 19 ms by blocks of 4 MiB, 79 ms
@@ -293,3 +296,39 @@ def lower_to_full(A, tile=64):
             for i in range(i0, i1):
                 for j in range(max(j0, i + 1), j1):
                     A[i, j] = A[j, i]
+
+
+@dataclass(frozen=True)
+class RowSpace:
+    """Wide data in coordinates of the span of its rows: X = Xr Q^T with Q (d, r) orthonormal.
+
+    A model whose weights provably stay in that span solves the same problem on the n x r
+    rows Xr (r <= n), at O(n r) instead of O(n d) per product with the data: M3SVM's
+    deterministic drivers (:mod:`margindist.solvers.m3svm`; the minimiser of its objective has
+    its rows there, and its steps combine gradients that lie there) and MSVMAv's linear
+    iteration (:func:`margindist.solvers.msvmav.linear.row_basis`). Norms and inner products
+    with the rows are those of the coordinates.
+    """
+
+    Xr: np.ndarray
+    Q: np.ndarray
+
+    def to_space(self, W):
+        """C = W Q: the coordinates of W's projection (None stays None)."""
+        return None if W is None else np.asarray(W, dtype=np.float64) @ self.Q
+
+    def from_space(self, C):
+        """W = C Q^T, of shape (K, d)."""
+        return C @ self.Q.T
+
+
+def row_space(X, bias=None) -> RowSpace:
+    """The :class:`RowSpace` of dense X (n, d), with the constant column ``bias`` appended when
+    given (then d + 1 coordinates), from a thin QR factorisation X^T = Q R."""
+    p = X.shape[1]
+    Xt = np.empty((p + (bias is not None), X.shape[0]), order="F")
+    Xt[:p] = X.T
+    if bias is not None:
+        Xt[p] = bias
+    Q, R = sla.qr(Xt, mode="economic", overwrite_a=True, check_finite=False)
+    return RowSpace(Xr=np.ascontiguousarray(R.T), Q=Q)

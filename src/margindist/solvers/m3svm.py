@@ -24,7 +24,8 @@ or the cross-entropy of the logits W x_i + b (ISM3, the softmax variant).
   the gradient of ||v||^p is 0 for p > 1 (its limit) and the minimal-norm subgradient 0 for p <= 1.
 * Wide dense data (n rows, d >> n features) is solved in the span of its rows (:class:`RowSpace`):
   every term of F is unchanged when W is projected onto that span, or lowered, so the minimiser
-  lies in it, and the deterministic drivers never leave it.
+  lies in it, and the deterministic drivers never leave it (Adam, whose per-coordinate steps
+  are not rotation invariant, keeps X).
 * Both the data term and the regulariser depend on W, b only through differences between classes,
   so their gradients sum to zero over the classes; the eps ridge pins the common mode
   (W^T 1 = 0, b^T 1 = 0 at the optimum) and makes the minimiser unique.
@@ -38,13 +39,13 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg as sla
 import scipy.sparse as sp
 from numba import njit
 from scipy.optimize import minimize
 from scipy.special import softmax
 
 from ..losses import smooth_hinge_scalar
+from ._gram import RowSpace, row_space
 from ._result import SolverResult, UnpackableResult
 from ._rows import permutation, seed_from
 from ._threads import single_scipy_blas_thread
@@ -261,38 +262,6 @@ def softmax_proba(S):
 
 
 # ---------------------------------------------------------------------------- row space
-@dataclass(frozen=True)
-class RowSpace:
-    """Wide data in coordinates of the span of its rows: X = Xr Q^T with Q (d, r) orthonormal.
-
-    The scores X W^T depend on W only through its projection W Q Q^T onto the row space, and
-    the projection shrinks every ||w_k - w_l|| and ||w_k||; so the minimiser of F has its rows in
-    that space, and C = W Q solves the same problem on the n x r data Xr (the same objective
-    value, r <= n). The deterministic drivers (L-BFGS, Newton) started in the space stay in it:
-    their steps combine gradients G^T X + lam L W + 2 eps W, which lie in it. So they take the
-    same iterates in exact arithmetic, at O(n r K) instead of O(n d K) per product with the data.
-    Adam (per-coordinate steps) is not rotation invariant and keeps X.
-    """
-
-    Xr: np.ndarray
-    Q: np.ndarray
-
-    def to_space(self, W):
-        """C = W Q: the coordinates of W's projection (None stays None)."""
-        return None if W is None else np.asarray(W, dtype=np.float64) @ self.Q
-
-    def from_space(self, C):
-        """W = C Q^T, of shape (K, d)."""
-        return C @ self.Q.T
-
-
-def row_space(X) -> RowSpace:
-    """The :class:`RowSpace` of dense X (n, d), from a thin QR factorisation X^T = Q R."""
-    Q, R = sla.qr(np.array(X.T, dtype=np.float64, order="F"), mode="economic", overwrite_a=True,
-                  check_finite=False)
-    return RowSpace(Xr=np.ascontiguousarray(R.T), Q=Q)
-
-
 def row_space_pays(X, n_classes: int, shared: bool = False) -> bool:
     """Whether to fit dense X in its row space: at least twice as many features as rows, and the
     QR factorisation (2 n^2 d operations) costs no more than the products with X it saves over

@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from .._gram import RowSpace, row_space
 from .._threads import blas_single_thread
 from ._anderson import STALL, anderson_state, anderson_step
 from ._cg import CG_TOL, CGSystem
@@ -256,29 +257,22 @@ def _compiled(design, s, u, w0, P, am_step, N, beta, max_iter, tol, return_best,
                        return_best, family="compiled", n_products=int(n_full))
 
 
-def row_basis(X, fit_intercept):
-    """(Q, C) for dense X with fewer rows than coordinates (features, plus the constant 1 with
-    ``fit_intercept``), else None: Q (d, n) an orthonormal basis of the span of the rows
-    x~_i = [x_i, 1] and C (n, n) their coordinates in it, x~_i = Q C[i] (one QR factorisation
-    of X~^T, O(d n^2)). None too when the factorisation's arrays would exceed
-    :data:`ROW_BASIS_MAX_BYTES`.
+def row_basis(X, fit_intercept) -> RowSpace | None:
+    """The rows' span (:func:`~margindist.solvers._gram.row_space`, the constant 1 appended with
+    ``fit_intercept``) for dense X with fewer rows than coordinates, else None; None too when
+    the factorisation's arrays would exceed :data:`ROW_BASIS_MAX_BYTES`.
 
     Every iterate of the linear iteration lies in that span: w_0 is along u = sum_i s_i y_i x~_i,
     the semi-variance step maps the span into itself (H = I + sum_A s_i x~_i x~_i^T / (S beta)
     is the identity on its orthogonal complement, and its right-hand side lies in the span),
     and so do the average-margin step, the normalisation and Anderson's combinations. With
-    w = Q v, ||w|| = ||v|| and <w, x~_i> = <v, C[i]>: the iteration on the rows C[i] is the
+    w = Q v, ||w|| = ||v|| and <w, x~_i> = <v, Xr[i]>: the iteration on the rows Xr[i] is the
     same iteration, in n coordinates instead of d."""
     n, p = X.shape
     d = p + bool(fit_intercept)
     if sp.issparse(X) or n >= d or 16 * n * d > ROW_BASIS_MAX_BYTES:
         return None
-    Xt = np.empty((d, n))
-    Xt[:p] = X.T
-    if fit_intercept:
-        Xt[p] = 1.0
-    Q, R = np.linalg.qr(Xt)
-    return Q, np.ascontiguousarray(R.T)
+    return row_space(X, bias=1.0 if fit_intercept else None)
 
 
 def msvmav_linear(X, y, sample_weight, alpha, beta, *, fit_intercept=True, solver="fixed-point",
@@ -296,14 +290,14 @@ def msvmav_linear(X, y, sample_weight, alpha, beta, *, fit_intercept=True, solve
     X = as_float(X)
     reduce = kw.get("update", "auto") == "auto" and kw.get("callback") is None and kw.get("w0") is None
     basis = row_basis(X, fit_intercept) if reduce else None
-    design = Design(X, y, intercept=fit_intercept) if basis is None else Design(basis[1], y)
+    design = Design(X, y, intercept=fit_intercept) if basis is None else Design(basis.Xr, y)
     with blas_single_thread(design.d):
         if solver == "auto":
             res = solve_auto(design, sample_weight, alpha, beta, **kw)
         else:
             res = msvmav_iterate(design, sample_weight, alpha, beta, solver=solver, **kw)
     if basis is not None:
-        res.w = basis[0] @ res.w
+        res.w = basis.Q @ res.w
     if fit_intercept:
         res.w, res.b = res.w[:-1].copy(), float(res.w[-1])
     return res
