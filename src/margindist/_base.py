@@ -64,6 +64,7 @@ from .kernels import (
     KernelRowCache,
     KernelSpec,
     cache_dtype,
+    indefinite_kernel,
     kernel_decision,
     kernel_matrix,
     nystroem_map,
@@ -336,10 +337,9 @@ def _check_finite_model(est, *arrays):
     for a in arrays:
         if not np.all(np.isfinite(a)):
             kernel = getattr(est, "kernel", None)
-            indefinite = kernel == "sigmoid" or (kernel == "poly" and getattr(est, "coef0", 0.0) < 0)
             cause = (f" The {kernel} kernel is not positive semi-definite, and with it the problem need "
                      "not have a bounded solution: use a positive semi-definite kernel (rbf, linear, poly "
-                     "with coef0 >= 0)." if indefinite else "")
+                     "with coef0 >= 0)." if indefinite_kernel(kernel, getattr(est, "coef0", 0.0)) else "")
             raise FloatingPointError(
                 f"{type(est).__name__} produced non-finite coefficients (the solver overflowed).{cause} "
                 "Scale the features (e.g. MinMaxScaler or StandardScaler), or use a smaller "
@@ -487,7 +487,7 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         (:attr:`_needs_psd_kernel`)."""
         if not self._needs_psd_kernel or spec is None:
             return
-        if spec.kind == "sigmoid" or (spec.kind == "poly" and spec.coef0 < 0):
+        if indefinite_kernel(spec.kind, spec.coef0):
             name = type(self).__name__
             warnings.warn(
                 f"{name}: the {spec.kind} kernel is not positive semi-definite, so {name}'s problem is not "

@@ -113,6 +113,13 @@ def _scale_gamma(X, sample_weight=None) -> float:
     return 1.0 / (d * var) if var > 1e-300 else 1.0
 
 
+def indefinite_kernel(kind, coef0=0.0) -> bool:
+    """Whether the built-in kernel ``kind`` is not positive semi-definite in general: the sigmoid,
+    and the polynomial with coef0 < 0 (rbf, linear and poly with coef0 >= 0 are; a precomputed
+    or callable kernel is the user's, and not judged here)."""
+    return kind == "sigmoid" or (kind == "poly" and coef0 < 0)
+
+
 def resolve_kernel(kernel="rbf", X=None, *, gamma="scale", degree=3, coef0=0.0, kernel_params=None,
                    sample_weight=None):
     """Resolve kernel parameters against the training data.

@@ -7,7 +7,7 @@ import numpy as np
 import scipy.linalg as sla
 from scipy.linalg import lapack
 
-from ...kernels import KernelSpec, kernel_matrix
+from ...kernels import KernelSpec, indefinite_kernel, kernel_matrix
 from .._gram import lower_to_full
 from .._repeats import repeated_rows, split_coefficients
 from .._threads import blas_single_thread
@@ -35,7 +35,7 @@ def _kernel_gram(spec: KernelSpec, X, fit_intercept):
 def _psd_kernel(spec):
     """Kernels whose Gram matrix is positive semi-definite by construction (the factor route
     needs it; other kernels go through the eigendecomposition, which clips negative eigenvalues)."""
-    return spec.kind in ("rbf", "linear") or (spec.kind == "poly" and spec.coef0 >= 0)
+    return spec.kind in ("rbf", "linear", "poly") and not indefinite_kernel(spec.kind, spec.coef0)
 
 
 def _cached(cache, tag, spec, X, s, fit_intercept, nbytes, compute):
