@@ -188,8 +188,8 @@ def _dense_block(spec: KernelSpec, X, Z) -> np.ndarray:
     K = X @ Z.T
     if spec.kind == "rbf":
         K *= -2.0
-        K += np.einsum("ij,ij->i", X, X)[:, None]
-        K += np.einsum("ij,ij->i", Z, Z)[None, :]
+        K += row_sq_norms(X)[:, None]
+        K += row_sq_norms(Z)[None, :]
         np.maximum(K, 0.0, out=K)
         K *= -spec.gamma
         np.exp(K, out=K)
