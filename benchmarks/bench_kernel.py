@@ -15,6 +15,9 @@ Two parts (``--part``):
   70 / 30 split: every estimator at its defaults and with ``--cv`` at its ``*CV`` choice, against
   ``SVC()``; data with few distinct rows, which the methods whose weight k is k copies of a
   sample solve on the distinct pairs with summed weights.
+* ``kernels``: the other kernels (``--kernels``, poly by default) on bundled data sets
+  (``--sets``; at most 7000 rows of each, min-max scaled, a stratified 70 / 30 split): each
+  estimator at its defaults with that kernel against ``SVC(kernel=...)``.
 * ``scale``: a synthetic nonlinear problem (two Gaussian classes in 20 dimensions with
   different covariances, so the Bayes boundary is quadratic; float32) at ``--scale-sizes``
   (50000 200000 1000000): the Nyström path of each estimator, the exact path where m is at
@@ -30,6 +33,7 @@ mark of one fit above the memory held before it (Linux). Ratios are ours / SVC i
     python benchmarks/bench_kernel.py --part magic --sizes 5000 14000 --device cuda   # NumPy and GPU rows
     python benchmarks/bench_kernel.py --part scale --scale-sizes 50000 200000 1000000 --methods ODM LDM
     python benchmarks/bench_kernel.py --part repeats --methods ODM LDM-dcd KMOMD --repeats 5 --cv
+    python benchmarks/bench_kernel.py --part kernels --kernels poly sigmoid --methods ODM LDM KMOMD LSSVM
 """
 
 from __future__ import annotations
@@ -90,6 +94,15 @@ def magic(m, seed=0):
 
 def titanic(seed=0):
     X, y = load_dataset("titanic")
+    X, Xt, y, yt = train_test_split(X, y, test_size=0.3, random_state=seed, stratify=y)
+    s = MinMaxScaler().fit(X)
+    return s.transform(X), y, s.transform(Xt), yt
+
+
+def bundled(name, max_rows=7000, seed=0):
+    X, y = load_dataset(name)
+    if X.shape[0] > max_rows:
+        X, _, y, _ = train_test_split(X, y, train_size=max_rows, random_state=seed, stratify=y)
     X, Xt, y, yt = train_test_split(X, y, test_size=0.3, random_state=seed, stratify=y)
     s = MinMaxScaler().fit(X)
     return s.transform(X), y, s.transform(Xt), yt
@@ -185,6 +198,19 @@ def run_repeats(args, methods, out):
                                                                       args.repeats), peer)
 
 
+def run_kernels(args, methods, out):
+    for name in args.sets:
+        data = bundled(name)
+        m = data[0].shape[0]
+        for kernel in args.kernels:
+            peer = measure(functools.partial(SVC, kernel=kernel), data, args.repeats)
+            row(out, name, m, "SVC", f"libsvm, {kernel}", peer, None)
+            for method in methods:
+                make = ESTIMATORS[method]
+                row(out, name, m, method, f"{kernel}, defaults",
+                    measure(lambda: make().set_params(kernel=kernel), data, args.repeats), peer)
+
+
 def run_scale(args, methods, out):
     for m in args.scale_sizes:
         data = gaussian_classes(m)
@@ -212,9 +238,12 @@ def markdown(out, argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--part", nargs="*", default=["magic", "scale"], choices=["magic", "scale", "repeats"])
+    ap.add_argument("--part", nargs="*", default=["magic", "scale"], choices=["magic", "scale", "repeats", "kernels"])
     ap.add_argument("--sizes", nargs="*", type=int, default=[2000, 5000, 14000])
     ap.add_argument("--scale-sizes", nargs="*", type=int, default=[50000, 200000, 1000000])
+    ap.add_argument("--sets", nargs="*", default=["banana", "phoneme", "spambase", "magic"],
+                    help="kernels part: bundled data sets")
+    ap.add_argument("--kernels", nargs="*", default=["poly"], help="kernels part: the kernels")
     ap.add_argument("--methods", nargs="*", default=list(ESTIMATORS), choices=list(ESTIMATORS))
     ap.add_argument("--landmarks", type=int, default=1000, help="Nyström landmarks of the approximate rows (0: no such rows)")
     ap.add_argument("--exact-max", type=int, default=5000, help="largest m for the O(m^3) exact paths")
@@ -235,6 +264,8 @@ def main(argv=None):
         run_magic(args, args.methods, out)
     if "repeats" in args.part:
         run_repeats(args, args.methods, out)
+    if "kernels" in args.part:
+        run_kernels(args, args.methods, out)
     if "scale" in args.part:
         run_scale(args, args.methods, out)
     if args.out:

@@ -23,6 +23,7 @@ from margindist.solvers.odm import (
     odm_newton,
     odm_primal_objective,
     odm_svrg,
+    newton_after,
 )
 
 PARAMS = [(1.0, 0.8, 0.2), (10.0, 0.3, 0.5), (0.1, 1.0, 0.0), (5.0, 0.0, 0.4)]
@@ -213,6 +214,40 @@ def test_kernel_dcd_hands_over_to_newton_where_it_creeps():
             for r in (plain, fast)]
     assert dual[1] <= dual[0] + 1e-9 * abs(dual[0])
     np.testing.assert_allclose(Q @ (y * fast.dual_coef), Q @ (y * plain.dual_coef), atol=1e-3)
+
+
+def test_the_newton_budget_grows_with_the_examples():
+    """The DCD's epochs before the Newton phase: twenty up to a thousand examples, then twenty
+    per thousand (a Newton iteration costs about m epochs' worth of work)."""
+    assert [newton_after(m) for m in (10, 1000, 1500, 4900)] == [20, 20, 30, 98]
+
+
+def test_polynomial_kernel_on_unit_scaled_rows_hands_over_above_a_thousand_examples():
+    """[0, 1]-scaled rows under the cubic polynomial kernel (every kernel value shares a large
+    common part): the plain DCD creeps (300 epochs short of the tolerance); above a thousand
+    examples the Newton phase still takes over after its budget and ends at a better dual
+    objective, with the decision values of a cold active-set Newton solve."""
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(n_samples=1200, n_features=8, n_informative=4, flip_y=0.02, random_state=1)
+    X = MinMaxScaler().fit_transform(X)
+    y = np.where(y == 1, 1.0, -1.0)
+    s = np.ones(len(y))
+    K = (X @ X.T / (X.shape[1] * X.var())) ** 3  # the estimator's kernel="poly", gamma="scale"
+    lam = 1200 * 0.8**2  # its lam="auto"
+    kw = dict(gram=K, tol=1e-3, random_state=0)
+    with pytest.warns(ConvergenceWarning, match="did not reach tol"):
+        plain = odm_dcd_kernel(None, y, s, lam, max_iter=300, newton=False, **kw)
+    fast = odm_dcd_kernel(None, y, s, lam, max_iter=1000, **kw)
+    assert fast.converged and fast.newton
+    assert fast.n_iter <= newton_after(1200) + 5
+    Q = (y[:, None] * (K + 1.0)) * y[None, :]
+    dual = [odm_dual_objective(r.dual_coef @ K @ r.dual_coef + r.dual_coef.sum() ** 2, r.a, s, lam, 0.8, 0.2)
+            for r in (plain, fast)]
+    assert dual[1] < dual[0]
+    gam, n_it = odm_kernel_newton(K, y, s, lam, max_iter=200)
+    assert n_it < 200
+    np.testing.assert_allclose(Q @ (y * fast.dual_coef), Q @ gam, atol=1e-2 * np.abs(Q @ gam).max())
 
 
 def test_a_warm_path_that_needed_newton_hands_over_soon():

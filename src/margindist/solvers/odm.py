@@ -47,6 +47,7 @@ from numba import njit
 from sklearn.exceptions import ConvergenceWarning
 
 from ..kernels import KernelRowCache
+from ._gram import x_dot
 from ._result import UnpackableResult
 from ._rows import (
     XhProducts,
@@ -61,6 +62,7 @@ from .dcd import dcd_kernel, dcd_linear
 __all__ = [
     "ODMKernelResult",
     "ODMLinearResult",
+    "newton_after",
     "odm_band_loss",
     "odm_band_loss_grad",
     "odm_band_loss_hess",
@@ -184,11 +186,12 @@ def odm_dcd_linear(X, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1.0,
 
 
 #: The kernel DCD hands over to :func:`odm_kernel_newton` after this many epochs without
-#: converging, on at most ``_KERNEL_NEWTON_MAX`` examples whose kernel rows are all cached; after
+#: converging (per thousand examples, at least this many: :func:`newton_after`), on at most
+#: ``_KERNEL_NEWTON_MAX`` examples whose kernel rows are all cached; after
 #: ``_KERNEL_NEWTON_SOON`` epochs when the caller says the DCD creeps (``newton="soon"``).
 _KERNEL_NEWTON_AFTER = 20
 _KERNEL_NEWTON_SOON = 2
-_KERNEL_NEWTON_MAX = 1000
+_KERNEL_NEWTON_MAX = 6000
 #: The kernel DCD runs sweeps of pulled blocks of this many rows
 #: (:func:`~margindist.solvers.dcd.dcd_kernel`'s ``block_sweeps``): ODM's duals are dense, and
 #: a sweep that reads each row once takes the place of about three plain epochs (magic, 5000
@@ -197,12 +200,23 @@ _KERNEL_NEWTON_MAX = 1000
 _KERNEL_BLOCK = 320
 
 
+def newton_after(m) -> int:
+    """DCD epochs before the Newton phase on m examples: :data:`_KERNEL_NEWTON_AFTER` per
+    thousand (at least that many). An epoch costs O(m^2) and a Newton iteration O(|A|^3) with
+    |A| up to m, so the DCD's budget grows like the Newton phase's cost counted in epochs (a
+    DCD that would end soon after the budget is not handed an expensive Newton phase). On
+    [0, 1]-scaled data with the polynomial kernel (whose values share a large common part, so
+    every pair of dual coordinates is strongly coupled) the DCD crept through all 1000 epochs
+    at 2250-4900 examples, 4-9 s; with the Newton phase it ends in 0.6-3 s."""
+    return max(_KERNEL_NEWTON_AFTER, _KERNEL_NEWTON_AFTER * m // 1000)
+
+
 def odm_dcd_kernel(cache: KernelRowCache | None, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, gram=None,
                    bias=1.0, tol=1e-3, max_iter=1000, a0=None, shrinking=True, random_state=None,
                    newton=True):
     """Kernel ODM by DCD, kernel rows from ``cache`` or from a dense Gram matrix ``gram``.
 
-    ``newton``: when the DCD has not converged after ``_KERNEL_NEWTON_AFTER`` epochs (large lam
+    ``newton``: when the DCD has not converged after :func:`newton_after` epochs (large lam
     and an ill-conditioned kernel can leave it creeping for thousands) on at most
     ``_KERNEL_NEWTON_MAX`` examples with every kernel row at hand, :func:`odm_kernel_newton`
     solves the problem from the DCD's point and the DCD certifies the result (its stopping
@@ -219,7 +233,7 @@ def odm_dcd_kernel(cache: KernelRowCache | None, y, sample_weight, lam=1.0, mu=0
     n_var, D, p, U = odm_dual_terms(sample_weight, lam, mu, theta)
     m = y.shape[0]
     K = gram if gram is not None else cache.matrix()
-    after = _KERNEL_NEWTON_SOON if newton == "soon" else _KERNEL_NEWTON_AFTER
+    after = _KERNEL_NEWTON_SOON if newton == "soon" else newton_after(m)
     handover = bool(newton) and K is not None and m <= _KERNEL_NEWTON_MAX and max_iter > after
     kw = dict(n_var=n_var, cache=cache, gram=gram, bias=bias, tol=tol, shrinking=shrinking, random_state=random_state,
               block_sweeps=_KERNEL_BLOCK)
@@ -252,13 +266,15 @@ def odm_kernel_newton(K, y, sample_weight, lam=1.0, mu=0.8, theta=0.2, *, bias=1
     precomputed kernel) ends it where it is. Returns (gamma, iterations).
     """
     y = np.asarray(y, dtype=np.float64)
-    K = np.asarray(K, dtype=np.float64)
+    K = np.asarray(K)
+    if K.dtype not in (np.float32, np.float64):
+        K = K.astype(np.float64)
     c = odm_coefficients(sample_weight, lam, theta)
     m, B2 = y.shape[0], float(bias) ** 2
 
-    def qmul(v):
+    def qmul(v):  # float64 products, also with a float32 cache's rows (not copied to float64)
         yv = y * v
-        return y * (K @ yv + B2 * yv.sum())
+        return y * (x_dot(K, yv) + B2 * yv.sum())
 
     gamma = np.zeros(m) if gamma0 is None else np.array(gamma0, dtype=np.float64)
     z = qmul(gamma)
