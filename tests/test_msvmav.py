@@ -802,6 +802,32 @@ def test_kernel_factor_route_only_for_psd_kernels():
 
 
 @pytest.mark.parametrize("fit_intercept", [False, True])
+def test_an_indefinite_kernel_model_has_its_clipped_margins_with_the_kernel_itself(fit_intercept):
+    """The eigenbasis route runs with the positive part K+ of a sigmoid kernel's Gram matrix;
+    the returned coefficients lie in its span, so the model evaluated with the kernel itself
+    (K a, as predict does) has the margins the iteration recorded: its average margin is the
+    history's theta at the returned iterate, and K a = K+ a, K+ from an independent
+    eigendecomposition."""
+    from sklearn.metrics.pairwise import sigmoid_kernel
+
+    from margindist.kernels import resolve_kernel
+
+    X, y, s, _ = _kernel_problem(n=120, seed=17)
+    spec = resolve_kernel("sigmoid", X, gamma=0.5, coef0=-0.5)
+    K = sigmoid_kernel(X, gamma=0.5, coef0=-0.5) + float(fit_intercept)
+    rs = np.sqrt(s)
+    lam, Q = np.linalg.eigh(rs[:, None] * K * rs[None, :])
+    assert lam.min() < -1e-3 * lam.max()  # indefinite, noticeably
+    K_plus = (Q * np.maximum(lam, 0.0)) @ Q.T / rs[:, None] / rs[None, :]
+    res = msvmav_kernel(spec, X, y, s, 2.0, 0.5, max_iter=40, tol=0.0, fit_intercept=fit_intercept,
+                        return_best=True)
+    a = res.w
+    np.testing.assert_allclose(K @ a, K_plus @ a, atol=1e-10 * np.abs(K_plus @ a).max())
+    margins = y * (K @ a) / np.sqrt(a @ K_plus @ a)
+    assert s @ margins / s.sum() == pytest.approx(res.history["theta"][res.best_iter], rel=1e-8)
+
+
+@pytest.mark.parametrize("fit_intercept", [False, True])
 def test_weight_norm_of_kernel_model_is_its_rkhs_norm(fit_intercept):
     X, y = _scaled("wdbc", n=150, seed=16)
     with warnings.catch_warnings():

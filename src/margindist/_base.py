@@ -356,6 +356,9 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
     #: with the sigmoid kernel, or poly with coef0 < 0, then warns: :meth:`_warn_indefinite`).
     #: MAMC's closed form needs none; LSSVM detects an indefinite system itself.
     _needs_psd_kernel = True
+    #: What such a kernel does to the method (the warning's middle; ``{name}``: the class name).
+    _indefinite_kernel_effect = ("{name}'s problem is not convex with it: the solution can depend on the solver's "
+                                 "path (tol, cache_size) and be far from the best one")
     #: The ``multi_class`` strategies that ``partial_fit`` supports for more than two classes.
     _stream_multi_class = ("ovr", "ovo")
     #: Set by methods whose exact kernel path treats a sample weight k as exactly k copies of a
@@ -490,10 +493,9 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         if indefinite_kernel(spec.kind, spec.coef0):
             name = type(self).__name__
             warnings.warn(
-                f"{name}: the {spec.kind} kernel is not positive semi-definite, so {name}'s problem is not "
-                "convex with it: the solution can depend on the solver's path (tol, cache_size) and be far "
-                "from the best one. A positive semi-definite kernel (rbf, linear, poly with coef0 >= 0) "
-                "avoids this.",
+                f"{name}: the {spec.kind} kernel is not positive semi-definite, so "
+                f"{self._indefinite_kernel_effect.format(name=name)}. A positive semi-definite kernel "
+                "(rbf, linear, poly with coef0 >= 0) avoids this.",
                 UserWarning,
                 stacklevel=4,
             )

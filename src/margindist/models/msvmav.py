@@ -126,7 +126,9 @@ class MSVMAv(BaseMarginClassifier):
         w on L2-normalised sparse rows).
     kernel : {"linear", "rbf", "poly", "sigmoid", "precomputed"} or callable, default="linear"
         Kernel: scikit-learn's names and definitions, ``"precomputed"`` (X is a Gram
-        matrix) or a callable ``k(X, Z)`` returning an (n, m) array.
+        matrix) or a callable ``k(X, Z)`` returning an (n, m) array. A kernel that is not
+        positive semi-definite (sigmoid, poly with coef0 < 0) runs, on the exact path, with the
+        Gram matrix's positive part (its negative eigenvalues clipped to 0), with a warning.
     gamma : {"scale", "auto"} or float, default="scale"
         Kernel coefficient for rbf / poly / sigmoid (scikit-learn's definitions).
     degree : int, default=3
@@ -353,6 +355,11 @@ class MSVMAv(BaseMarginClassifier):
 
     #: the exact kernel path holds K and the inverse of diag(1/s) + K (``kernel_approximation="auto"``)
     _exact_kernel_arrays = 2
+
+    #: a kernel that is not positive semi-definite (the fit-time warning)
+    _indefinite_kernel_effect = ("{name} runs with a positive semi-definite stand-in for it (the exact path clips "
+                                 "the Gram matrix's negative eigenvalues to 0), which can be far from the kernel "
+                                 "itself")
 
     def _auto_budget_mib(self) -> float:
         # cache_size=0 turns the factorisation cache off, not the exact path: the default budget

@@ -141,15 +141,25 @@ def _factor_route(spec, X, y, s, alpha, beta, fit_intercept, cache, callback, fa
 
 
 def _eig_route(spec, X, y, s, alpha, beta, fit_intercept, kernel_prox, cache, callback, kw):
-    """The iteration in the eigenbasis of Kt = D^{1/2} K D^{1/2} through :func:`msvmav_iterate`."""
+    """The iteration in the eigenbasis of Kt = D^{1/2} K D^{1/2} through :func:`msvmav_iterate`.
+
+    Negative eigenvalues (a kernel that is not positive semi-definite) are clipped to 0, so the
+    iteration runs with the kernel's positive part K+, and the returned coefficients lie in its
+    span (for "paper": b's components on the clipped directions, which the iteration never sees,
+    are dropped). The model, evaluated with the kernel itself, then has the clipped model's
+    values on the training rows: K a = K+ a for a in that span. Keeping those components made
+    the two disagree (sigmoid kernel, 1000 standardised rows: test accuracy .38 against .79 with
+    them dropped; SVC .79). For a positive semi-definite kernel they lie in the null space of K
+    (up to rounding), so nothing changes."""
     m = y.shape[0]
     rs = np.sqrt(s)
     lam, Q = weighted_gram_eig(spec, X, s, fit_intercept, cache)
     if kernel_prox == "paper":
         design = Design(Q, y / rs, col_scale=lam)
+        seen = lam > 0  # the iteration sees b only through lam * b: the clipped directions are dropped
 
         def to_a(b):
-            return rs * (Q @ b)
+            return rs * (Q @ np.where(seen, b, 0.0))
 
         kw_core = {"prox": 1.0 + lam, "step": Q.T @ (rs * y), "norm_weights": lam}
     else:
