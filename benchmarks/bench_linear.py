@@ -8,7 +8,9 @@ Rows (``--rows``; the data of ``bench_defaults.py``):
   (quick: 40k x 20k);
 * ``cornell``: the raw word features of cornell as CSR (827 x 4134, 7 classes; a random 70/30
   split, needs ``MARGINDIST_DATA``), M3SVM, LDM, LSSVM and KMOMD (wide problems: their solvers on
-  kernel rows) against ``LinearSVC(multi_class="crammer_singer")`` (the native multi-class SVM).
+  kernel rows) against ``LinearSVC(multi_class="crammer_singer")`` (the native multi-class SVM);
+* ``text``: synthetic tf-idf topic rows (:func:`_synthetic.topic_text`: 15 000 training rows of
+  a 20 000-word vocabulary, 6 classes; quick: 3000 of 5000), M3SVM against the same peer.
 
 Each estimator is fitted at its defaults (ODM's ``lam="auto"`` is LinearSVC's C = 1 exactly; the
 others' defaults are their own data-dependent choices, see the hyperparameters page), the peer is
@@ -25,6 +27,7 @@ alternating, repeated until about two seconds are spent on each size (at most 15
     python benchmarks/bench_linear.py --rows dense sparse --out benchmarks/results/bench_linear.md
     python benchmarks/bench_linear.py --rows large_sparse --methods ODM LDM
     python benchmarks/bench_linear.py --rows cornell --repeats 5
+    python benchmarks/bench_linear.py --rows cornell text --methods M3SVM --repeats 3
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from margindist import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _synthetic import topic_text
 from bench_defaults import dense, large_sparse, sparse
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_linear.md"
@@ -83,10 +87,15 @@ def cornell(quick):
     return X, y, Xt, yt
 
 
-ROWS = {"dense": dense, "sparse": sparse, "large_sparse": large_sparse, "cornell": cornell}
+def text(quick):
+    return topic_text(3000, 5000, 6, seed=6) if quick else topic_text(15000, 20000, 6, seed=6)
+
+
+ROWS = {"dense": dense, "sparse": sparse, "large_sparse": large_sparse, "cornell": cornell, "text": text}
 #: Rows with another peer than LinearSVC() and the estimators they run (all others: every one).
-PEERS = {"cornell": lambda: LinearSVC(multi_class="crammer_singer")}
-ROW_ESTIMATORS = {"cornell": ("M3SVM", "LDM", "LSSVM", "KMOMD(linear)")}
+PEERS = {"cornell": lambda: LinearSVC(multi_class="crammer_singer"),
+         "text": lambda: LinearSVC(multi_class="crammer_singer")}
+ROW_ESTIMATORS = {"cornell": ("M3SVM", "LDM", "LSSVM", "KMOMD(linear)"), "text": ("M3SVM",)}
 
 
 # ----------------------------------------------------------------------------- measuring
