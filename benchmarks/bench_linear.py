@@ -7,7 +7,7 @@ Rows (``--rows``; the data of ``bench_defaults.py``):
 * ``large_sparse``: 2M x 200k float32 CSR, 20 non-zeros a row, about 40M non-zeros
   (quick: 40k x 20k);
 * ``cornell``: the raw word features of cornell as CSR (827 x 4134, 7 classes; a random 70/30
-  split, needs ``MARGINDIST_DATA``), M3SVM, LDM, LSSVM and KMOMD (wide problems: their solvers on
+  split, needs ``MARGINDIST_DATA``), M3SVM, LDM, LSSVM, KMOMD and MSVMAv (wide problems: their solvers on
   kernel rows) against ``LinearSVC(multi_class="crammer_singer")`` (the native multi-class SVM);
 * ``text``: synthetic tf-idf topic rows (:func:`_synthetic.topic_text`: 15 000 training rows of
   a 20 000-word vocabulary, 6 classes; quick: 3000 of 5000), M3SVM against the same peer.
@@ -95,7 +95,7 @@ ROWS = {"dense": dense, "sparse": sparse, "large_sparse": large_sparse, "cornell
 #: Rows with another peer than LinearSVC() and the estimators they run (all others: every one).
 PEERS = {"cornell": lambda: LinearSVC(multi_class="crammer_singer"),
          "text": lambda: LinearSVC(multi_class="crammer_singer")}
-ROW_ESTIMATORS = {"cornell": ("M3SVM", "LDM", "LSSVM", "KMOMD(linear)"), "text": ("M3SVM",)}
+ROW_ESTIMATORS = {"cornell": ("M3SVM", "LDM", "LSSVM", "KMOMD(linear)", "MSVMAv"), "text": ("M3SVM",)}
 
 
 # ----------------------------------------------------------------------------- measuring

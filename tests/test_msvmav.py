@@ -263,7 +263,47 @@ def test_row_basis_spans_the_rows():
         assert np.allclose(Q.T @ Q, np.eye(12), atol=1e-12)
         assert np.allclose(C @ Q.T, Xt, atol=1e-12)
     assert row_basis(X[:, :11], True) is None  # 12 rows, 12 coordinates: nothing to gain
-    assert row_basis(sp.csr_matrix(X), True) is None
+
+
+def test_sparse_row_basis_spans_the_rows_as_the_dense_one():
+    """CSR rows: the span from the Gram matrix's eigendecomposition has the QR's properties
+    (orthonormal Q, Xr Q^T = X~) and the same Gram matrix of coordinates; it is not taken on
+    more rows than ROW_BASIS_MAX_SPARSE_ROWS."""
+    from margindist.solvers.msvmav.linear import ROW_BASIS_MAX_SPARSE_ROWS
+
+    X = sp.random(12, 300, density=0.05, random_state=np.random.default_rng(3)).toarray()
+    X[5] = X[2]  # a repeated row: a rank-deficient span
+    X = sp.csr_matrix(X)
+    for fit_intercept in (True, False):
+        space = row_basis(X, fit_intercept)
+        dense = row_basis(X.toarray(), fit_intercept)
+        Xt = np.hstack([X.toarray(), np.ones((12, 1))]) if fit_intercept else X.toarray()
+        r = space.Q.shape[1]
+        assert r == np.linalg.matrix_rank(Xt) and space.Xr.shape == (12, r)
+        assert np.allclose(space.Q.T @ space.Q, np.eye(r), atol=1e-10)
+        assert np.allclose(space.Xr @ space.Q.T, Xt, atol=1e-10)
+        assert np.allclose(space.Xr @ space.Xr.T, dense.Xr @ dense.Xr.T, atol=1e-10)
+    wide = sp.random(ROW_BASIS_MAX_SPARSE_ROWS + 1, 5000, density=0.001, format="csr", random_state=1)
+    assert row_basis(wide, True) is None
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_few_sparse_rows_run_in_their_span(fit_intercept):
+    """Few CSR rows against many features: the "auto" update runs on the dense coordinates of
+    the rows' span and gives the iterates of the d x d systems ("batched")."""
+    rng = np.random.default_rng(10)
+    X = sp.random(60, 600, density=0.05, random_state=rng, format="csr")
+    y = np.where(np.asarray(X[:, :60].sum(axis=1)).ravel() + rng.normal(scale=0.05, size=60) > 0.15, 1.0, -1.0)
+    s = rng.uniform(0.5, 2.0, size=60)
+    kw = dict(fit_intercept=fit_intercept, max_iter=150, tol=0.0)  # the last iterate: the best flips on ties
+    a = msvmav_linear(X, y, s, 2.0, 0.25, update="auto", **kw)
+    b = msvmav_linear(X, y, s, 2.0, 0.25, update="batched", **kw)
+    assert a.family == "compiled" and b.family == "direct"
+    assert a.n_iter == b.n_iter
+    for f in ("n_active", "n_changes"):
+        assert np.array_equal(a.history[f], b.history[f])
+    assert np.allclose(a.history["bound"], b.history["bound"], rtol=1e-9)
+    assert np.allclose(a.w, b.w, atol=1e-9) and np.isclose(a.b, b.b, atol=1e-9)
 
 
 @pytest.mark.parametrize("solver", ["auto", "fixed-point", "anderson"])
@@ -354,7 +394,7 @@ def test_kernel_path_with_linear_kernel_equals_linear_path(fit_intercept):
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_sparse_input_is_not_densified(monkeypatch):
-    X = sp.random(400, 3000, density=0.01, format="csr", random_state=0)
+    X = sp.random(600, 3000, density=0.01, format="csr", random_state=0)  # more rows than a span of its own
     y = np.where(np.asarray(X.sum(axis=1)).ravel() > np.median(np.asarray(X.sum(axis=1))), 1, 0)
 
     def refuse(*a, **k):

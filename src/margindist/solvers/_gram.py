@@ -323,8 +323,11 @@ class RowSpace:
 
 
 def row_space(X, bias=None) -> RowSpace:
-    """The :class:`RowSpace` of dense X (n, d), with the constant column ``bias`` appended when
-    given (then d + 1 coordinates), from a thin QR factorisation X^T = Q R."""
+    """The :class:`RowSpace` of X (n, d), with the constant column ``bias`` appended when
+    given (then d + 1 coordinates): from a thin QR factorisation X^T = Q R for dense X, from
+    the eigendecomposition of the Gram matrix for sparse X (:func:`_sparse_row_space`)."""
+    if sp.issparse(X):
+        return _sparse_row_space(X, bias)
     p = X.shape[1]
     Xt = np.empty((p + (bias is not None), X.shape[0]), order="F")
     Xt[:p] = X.T
@@ -332,3 +335,22 @@ def row_space(X, bias=None) -> RowSpace:
         Xt[p] = bias
     Q, R = sla.qr(Xt, mode="economic", overwrite_a=True, check_finite=False)
     return RowSpace(Xr=np.ascontiguousarray(R.T), Q=Q)
+
+
+def _sparse_row_space(X, bias):
+    """:func:`row_space` of CSR X without densifying it: the Gram matrix G = X~ X~^T
+    (:func:`row_gram`, plus bias^2) = U diag(lam) U^T gives Xr = U diag(sqrt(lam)) and
+    Q = X~^T U diag(1 / sqrt(lam)), directions below the numerical rank (lam <= n eps max lam)
+    dropped. The eigendecomposition squares X's condition, so a direction whose singular value
+    is a fraction f of the largest has its coordinates to about eps / f^2 relative: small, for
+    the directions that carry the margins."""
+    G = row_gram(X)
+    if bias is not None:
+        G += float(bias) ** 2
+    lam, U = sla.eigh(G, overwrite_a=True, check_finite=False)
+    keep = lam > lam.max(initial=0.0) * X.shape[0] * np.finfo(np.float64).eps
+    C = U[:, keep] / np.sqrt(lam[keep])
+    Q = xt_dot(X, C)
+    if bias is not None:
+        Q = np.vstack([Q, float(bias) * C.sum(axis=0)])
+    return RowSpace(Xr=np.ascontiguousarray(U[:, keep] * np.sqrt(lam[keep])), Q=Q)
