@@ -607,7 +607,8 @@ def test_auto_solver_choice_and_same_predictions(iris):
     assert est._resolve_solver(X, 3) == "lbfgs"
     assert est._resolve_solver(sp.csr_matrix(X), 3) == "lbfgs"
     assert est._resolve_solver(sp.csr_matrix((5, 2000)), 5) == "newton"
-    assert M3SVM(p=1.5)._resolve_solver(sp.csr_matrix((5, 2000)), 5) == "lbfgs-scores"
+    assert M3SVM(p=3)._resolve_solver(sp.csr_matrix((5, 2000)), 5) == "lbfgs-scores"
+    assert M3SVM(p=6)._resolve_solver(sp.csr_matrix((5, 2000)), 5) == "newton"
     assert est._resolve_solver(np.zeros((5, 2000)), 5) == "lbfgs"  # the presets' solver
     assert M3SVM(p=1.5)._resolve_solver(X, 2) == "newton"
     assert M3SVM(p=1.5)._resolve_solver(X, 3) == "lbfgs" and M3SVM(p=0.5)._resolve_solver(X, 2) == "lbfgs"

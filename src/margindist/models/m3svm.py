@@ -32,13 +32,17 @@ from ..solvers.m3svm_newton import (
     m3svm_newton_multiclass,
 )
 
-#: ``solver="auto"`` runs Newton-CG ("lbfgs-scores" for p < 2) on multi-class CSR input from this
-#: many weights (n_classes * n_features) on, where L-BFGS-B's own work per step outweighs the
-#: products with X (measured on cornell, d = 4134) and L-BFGS needs hundreds of steps (tf-idf
-#: rows of 3 to 10 classes: 395 to over 1000). Dense multi-class input keeps "lbfgs", the solver
-#: of the reproduction presets: on ill-conditioned problems two solvers stopped by the same
-#: gradient tolerance can still differ in a few predictions.
+#: ``solver="auto"`` runs Newton-CG (p >= :data:`_NEWTON_MULTICLASS_MIN_P`) or "lbfgs-scores" on
+#: multi-class CSR input from this many weights (n_classes * n_features) on, where L-BFGS-B's own
+#: work per step outweighs the products with X (measured on cornell, d = 4134). Dense multi-class
+#: input keeps "lbfgs", the solver of the reproduction presets: on ill-conditioned problems two
+#: solvers stopped by the same gradient tolerance can still differ in a few predictions.
 _LBFGS_SCORES_MIN_SIZE = 10000
+#: From this p on the regulariser's curvature grows with the weights (lam p (p - 1) ||w_k -
+#: w_l||^(p-2)) and Newton-CG takes 7-30 steps on tf-idf rows where L-BFGS on the scores took 300
+#: to over 1000 (max_iter) at p = 4, 5, 6; at p = 2 and 3 its conjugate gradients need many more
+#: products (15 000 tf-idf rows, p = 2: 67 s against 1.9 s), and L-BFGS stays the choice.
+_NEWTON_MULTICLASS_MIN_P = 4
 
 
 def _torch_available() -> bool:
@@ -139,10 +143,11 @@ class M3SVM(BaseMarginClassifier):
         class scores along X D^T instead of recomputing them (two products with X per step,
         little overhead per step). "auto": "newton" for two classes and p >= 1 (0.23x
         LinearSVC's time on dense 120k x 100, 0.78x on sparse 200k x 50k), else, for CSR X
-        with n_classes * n_features >= 10000, "newton" (p >= 2; 14-30 Newton steps where
+        with n_classes * n_features >= 10000, "newton" for p >= 4 (14-30 Newton steps where
         "lbfgs-scores" took 395 to over 1000 on tf-idf rows of 3-10 classes and 3000-30 000
         rows, 0.8-2.5x faster, and 1.2x on cornell's 4134 raw word features) or
-        "lbfgs-scores" (p < 2; 2.6x faster than "lbfgs" on cornell), else "lbfgs" (dense or small
+        "lbfgs-scores" for p < 4 (2.6x faster than "lbfgs" on cornell; at p = 2 and 3 Newton's
+        conjugate gradients need many products), else "lbfgs" (dense or small
         multi-class problems: the solvers are within a factor of 1.5 of each other there, and
         the reproduction presets keep their solver). All stop on the same gradient tolerance.
         On dense X with at least twice as many features as rows, every solver but "adam" runs
@@ -305,7 +310,7 @@ class M3SVM(BaseMarginClassifier):
             return "newton"
         if not (sp.issparse(X) and n_classes * X.shape[1] >= _LBFGS_SCORES_MIN_SIZE):
             return "lbfgs"
-        return "newton" if self.p >= p_min else "lbfgs-scores"
+        return "newton" if self.p >= _NEWTON_MULTICLASS_MIN_P else "lbfgs-scores"
 
     def _fit_multiclass(self, X, y_index, sample_weight, kernel):
         log = get_logger(self.verbose)
