@@ -268,7 +268,7 @@ def test_row_basis_spans_the_rows():
 def test_sparse_row_basis_spans_the_rows_as_the_dense_one():
     """CSR rows: the span from the Gram matrix's eigendecomposition has the QR's properties
     (orthonormal Q, Xr Q^T = X~) and the same Gram matrix of coordinates; it is not taken on
-    more rows than ROW_BASIS_MAX_SPARSE_ROWS."""
+    more rows than ROW_BASIS_MAX_SPARSE_ROWS, nor where its dense factor would be large."""
     from margindist.solvers.msvmav.linear import ROW_BASIS_MAX_SPARSE_ROWS
 
     X = sp.random(12, 300, density=0.05, random_state=np.random.default_rng(3)).toarray()
@@ -285,6 +285,8 @@ def test_sparse_row_basis_spans_the_rows_as_the_dense_one():
         assert np.allclose(space.Xr @ space.Xr.T, dense.Xr @ dense.Xr.T, atol=1e-10)
     wide = sp.random(ROW_BASIS_MAX_SPARSE_ROWS + 1, 5000, density=0.001, format="csr", random_state=1)
     assert row_basis(wide, True) is None
+    assert row_basis(wide[:20], True) is not None
+    assert row_basis(sp.random(20, 10**6, density=1e-5, format="csr", random_state=1), True) is None  # 160 MB dense
 
 
 @pytest.mark.parametrize("fit_intercept", [True, False])
@@ -394,7 +396,7 @@ def test_kernel_path_with_linear_kernel_equals_linear_path(fit_intercept):
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_sparse_input_is_not_densified(monkeypatch):
-    X = sp.random(600, 3000, density=0.01, format="csr", random_state=0)  # more rows than a span of its own
+    X = sp.random(600, 3000, density=0.01, format="csr", random_state=0)  # too many rows for row_basis: CG
     y = np.where(np.asarray(X.sum(axis=1)).ravel() > np.median(np.asarray(X.sum(axis=1))), 1, 0)
 
     def refuse(*a, **k):

@@ -63,8 +63,10 @@ MAX_COMPILED = 128
 SCREEN_MIN_WORK = 2**20
 #: :func:`row_basis` only where X~^T and its orthonormal factor take at most this many bytes...
 ROW_BASIS_MAX_BYTES = 2**31
-#: ... and, for sparse X, on at most this many rows.
+#: ... and, for sparse X, on at most this many rows, with its dense orthonormal factor (d x r,
+#: r <= n: X's size if densified) of at most this many bytes.
 ROW_BASIS_MAX_SPARSE_ROWS = 512
+ROW_BASIS_MAX_SPARSE_BYTES = 2**26
 
 
 def _choose_family(design, update):
@@ -263,7 +265,9 @@ def row_basis(X, fit_intercept) -> RowSpace | None:
     """The rows' span (:func:`~margindist.solvers._gram.row_space`, the constant 1 appended with
     ``fit_intercept``) for X with fewer rows than coordinates (sparse X: at most
     :data:`ROW_BASIS_MAX_SPARSE_ROWS` of them), else None; None too when the factorisation's
-    arrays would exceed :data:`ROW_BASIS_MAX_BYTES`.
+    arrays would exceed :data:`ROW_BASIS_MAX_BYTES` (sparse X: its orthonormal factor
+    :data:`ROW_BASIS_MAX_SPARSE_BYTES`, so that few sparse rows of a large vocabulary are not
+    turned into an array of their dense size).
 
     Every iterate of the linear iteration lies in that span: w_0 is along u = sum_i s_i y_i x~_i,
     the semi-variance step maps the span into itself (H = I + sum_A s_i x~_i x~_i^T / (S beta)
@@ -280,8 +284,11 @@ def row_basis(X, fit_intercept) -> RowSpace | None:
     rows of 300 x 20 000 2.7x faster, of 1000-2000 rows 1.5-17x slower."""
     n, p = X.shape
     d = p + bool(fit_intercept)
-    too_many = n >= d or (sp.issparse(X) and n > ROW_BASIS_MAX_SPARSE_ROWS)
-    if too_many or 16 * n * d > ROW_BASIS_MAX_BYTES:
+    if sp.issparse(X):
+        too_big = n > ROW_BASIS_MAX_SPARSE_ROWS or 8 * n * d > ROW_BASIS_MAX_SPARSE_BYTES
+    else:
+        too_big = 16 * n * d > ROW_BASIS_MAX_BYTES
+    if n >= d or too_big:
         return None
     return row_space(X, bias=1.0 if fit_intercept else None)
 
