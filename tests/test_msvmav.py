@@ -9,7 +9,7 @@ from _data import scaled as _scaled
 from _msvmav_oracles import kernel_factor_loop
 from _numdiff import central_diff
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.metrics.pairwise import rbf_kernel
+from sklearn.metrics.pairwise import rbf_kernel, sigmoid_kernel
 
 from margindist._defaults import msvmav_alpha_beta
 from margindist.metrics import msvmav_bound_term, semivariance
@@ -850,8 +850,6 @@ def test_an_indefinite_kernel_model_has_its_clipped_margins_with_the_kernel_itse
     (K a, as predict does) has the margins the iteration recorded: its average margin is the
     history's theta at the returned iterate, and K a = K+ a, K+ from an independent
     eigendecomposition."""
-    from sklearn.metrics.pairwise import sigmoid_kernel
-
     from margindist.kernels import resolve_kernel
 
     X, y, s, _ = _kernel_problem(n=120, seed=17)

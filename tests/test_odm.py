@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import scipy.optimize as so
 from sklearn.base import clone
+from sklearn.datasets import make_classification
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import MinMaxScaler
 from sklearn.svm import LinearSVC
@@ -224,11 +225,9 @@ def test_the_newton_budget_grows_with_the_examples():
 
 def test_polynomial_kernel_on_unit_scaled_rows_hands_over_above_a_thousand_examples():
     """[0, 1]-scaled rows under the cubic polynomial kernel (every kernel value shares a large
-    common part): the plain DCD creeps (300 epochs short of the tolerance); above a thousand
-    examples the Newton phase still takes over after its budget and ends at a better dual
-    objective, with the decision values of a cold active-set Newton solve."""
-    from sklearn.datasets import make_classification
-
+    common part): the plain DCD creeps (300 epochs leave it short of the tolerance); on more
+    than a thousand examples the Newton phase takes over after its budget and ends at a better
+    dual objective, with the decision values of a cold active-set Newton solve."""
     X, y = make_classification(n_samples=1200, n_features=8, n_informative=4, flip_y=0.02, random_state=1)
     X = MinMaxScaler().fit_transform(X)
     y = np.where(y == 1, 1.0, -1.0)
