@@ -90,6 +90,11 @@ _ARMIJO = 1e-4
 _MIN_STEP = 1e-12
 #: Steps in a row without a strict decrease of F (all within its rounding) before giving up.
 _MAX_FLAT = 5
+#: Newton's method stops on a small gradient only after a step that moved x by at most this
+#: fraction of its norm: a long step can land where the gradient is small but the objective
+#: far from its minimum (a flat region of a weakly regularised problem), which the next
+#: Newton step, of the same length, reveals.
+_CERTIFY_STEP = 0.1
 
 
 # ---------------------------------------------------------------------------- driver
@@ -147,18 +152,21 @@ def newton_minimize(problem, x0, *, tol, max_iter, log=None, name="Newton"):
 
     ``problem`` holds the iterate ``problem.x`` and provides ``set_point(x) -> (f, g)``,
     ``direction(g, eta) -> (d, n_hvp)``, ``line(d)`` (returns phi(alpha) = f(x + alpha d)) and
-    ``move(alpha, d) -> (f, g)`` (x += alpha d, after ``line(d)``). Stops when max |g| <= tol;
-    a line search that no longer decreases F at machine precision also stops the run, which
-    counts as converged when max |g| <= 10 tol (the rounding floor of the gradient).
+    ``move(alpha, d) -> (f, g)`` (x += alpha d, after ``line(d)``). Stops when max |g| <= tol
+    after a step that moved x by at most :data:`_CERTIFY_STEP` of its norm (on weighted tf-idf
+    rows of 4 classes with a weak p = 2 regulariser, the rule without that condition stopped
+    after 4 steps at 15 times the minimum of F); a line search that no longer decreases F at
+    machine precision also stops the run, which counts as converged when max |g| <= 10 tol (the
+    rounding floor of the gradient).
     Returns (f, g, n_iter, converged, history of f); the minimiser is ``problem.x``.
     """
     f, g = problem.set_point(np.array(x0, dtype=np.float64))
     gnorm0 = max(math.sqrt(float(g @ g)), 1e-300)
     history = [f]
-    n_hvp, it, flat, converged = 0, 0, 0, False
+    n_hvp, it, flat, converged, moved = 0, 0, 0, False, 0.0
     while True:
         gmax = float(np.max(np.abs(g))) if g.size else 0.0
-        if gmax <= tol:
+        if gmax <= tol and moved <= _CERTIFY_STEP:
             converged = True
             break
         if it >= max_iter:
@@ -175,6 +183,7 @@ def newton_minimize(problem, x0, *, tol, max_iter, log=None, name="Newton"):
         if fa > f + noise or flat >= _MAX_FLAT:  # no decrease left at machine precision
             converged = gmax <= 10 * tol
             break
+        moved = alpha * math.sqrt(float(d @ d)) / max(math.sqrt(float(problem.x @ problem.x)), 1e-300)
         f, g = problem.move(alpha, d)
         history.append(f)
     if log is not None:
