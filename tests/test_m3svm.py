@@ -647,8 +647,7 @@ def test_multiclass_newton_does_not_stop_after_a_long_step(monkeypatch):
     """A weak p = 2 regulariser on tf-idf rows: the first Newton steps land where the largest
     gradient entry is already below tol but F is far above its minimum. Stopping there (the
     rule without the step-length condition, _CERTIFY_STEP = inf) left F several times too
-    high; the next Newton step, as long, shows it, and the run ends at the minimum of a tight
-    L-BFGS run."""
+    high; with it the run goes on and ends at the minimum of a tight L-BFGS run."""
     import margindist.solvers.m3svm_newton as newton_module
 
     X, y = _topic_rows(600, 3000, 4, seed=2)

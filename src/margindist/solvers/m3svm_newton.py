@@ -92,8 +92,8 @@ _MIN_STEP = 1e-12
 _MAX_FLAT = 5
 #: Newton's method stops on a small gradient only after a step that moved x by at most this
 #: fraction of its norm: a long step can land where the gradient is small but the objective
-#: far from its minimum (a flat region of a weakly regularised problem), which the next
-#: Newton step, of the same length, reveals.
+#: far from its minimum (a flat region of a weakly regularised problem), and the further
+#: Newton steps then go on to it.
 _CERTIFY_STEP = 0.1
 
 
