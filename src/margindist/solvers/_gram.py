@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import warnings
+
 import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
@@ -25,7 +27,8 @@ from ..kernels import TILE_ADD, _chunk_rows, row_tile1, row_tile8
 from ._rows import nonneg
 
 __all__ = ["BLOCK_BYTES", "KERNEL_ROWS_MAX_WORK", "RowSpace", "column_spreads", "float64_blocks", "gram_work",
-           "lower_to_full", "row_gram", "row_space", "sym_dot", "sym_rows", "weighted_gram", "wide", "x_dot", "xt_dot"]
+           "lower_to_full", "row_gram", "row_space", "spd_solve", "sym_dot", "sym_rows", "weighted_gram", "wide",
+           "x_dot", "xt_dot"]
 
 #: Bytes of one float64 block of rows: small enough to stay in cache between its conversion and
 #: its product (50 000 x 1000 float32 rows, one thread: X v in 19 ms by blocks of 4 MiB, 79 ms
@@ -283,6 +286,19 @@ def column_spreads(X, s, center=None, *, max_bytes=BLOCK_BYTES) -> np.ndarray:
     return out
 
 
+def spd_solve(H, r):
+    """H^{-1} r for a Newton system H that is positive definite in exact arithmetic, without
+    scipy's LinAlgWarning for an ill-conditioned one (features on very different scales, which
+    FeatureScaleWarning reports once; the caller's line search or stopping rule judges the
+    step), and by least squares where H is not positive definite in floating point."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", sla.LinAlgWarning)
+            return sla.solve(H, r, assume_a="pos", check_finite=False)
+    except (np.linalg.LinAlgError, ValueError):
+        return np.linalg.lstsq(H, r, rcond=None)[0]
+
+
 @njit(cache=True)
 def lower_to_full(A, tile=64):
     """Copy the lower triangle of the square C-ordered A onto its upper triangle, in place, in
@@ -349,8 +365,9 @@ def _sparse_row_space(X, bias):
         G += float(bias) ** 2
     lam, U = sla.eigh(G, overwrite_a=True, check_finite=False)
     keep = lam > lam.max(initial=0.0) * X.shape[0] * np.finfo(np.float64).eps
-    C = U[:, keep] / np.sqrt(lam[keep])
+    U, root = U[:, keep], np.sqrt(lam[keep])
+    C = U / root
     Q = xt_dot(X, C)
     if bias is not None:
         Q = np.vstack([Q, float(bias) * C.sum(axis=0)])
-    return RowSpace(Xr=np.ascontiguousarray(U[:, keep] * np.sqrt(lam[keep])), Q=Q)
+    return RowSpace(Xr=np.ascontiguousarray(U * root), Q=Q)

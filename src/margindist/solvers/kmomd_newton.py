@@ -70,12 +70,11 @@ from z = v(gamma) of the given distribution.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
+from ._gram import spd_solve
 from ._rows import make_rows, nonneg, row_axpy, row_axpy2, row_dot, row_sq_norm
 from .kmomd import KMOMDResult, _check_inputs, _feasible_start, _result, _violation, kmomd_linear
 
@@ -408,8 +407,6 @@ class _Newton:
         return self._direct(r) if self.direct else self._cg(r, rel_tol)
 
     def _direct(self, r):
-        import scipy.linalg as sla
-
         A = self.gamma > 0
         changed = np.flatnonzero(A != self.in_M) if self.M is not None else None
         if changed is None or changed.size > self.act.size // 2:
@@ -424,13 +421,7 @@ class _Newton:
         H = self.M - np.outer(self.s[0], self.s[0] / self.W[0]) - np.outer(self.s[1], self.s[1] / self.W[1])
         H *= self.a
         H[np.diag_indices_from(H)] += 1.0
-        try:
-            # ill-conditioned on features of very different scales, which FeatureScaleWarning reports
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", sla.LinAlgWarning)
-                return sla.solve(H, r, assume_a="pos", check_finite=False)
-        except (np.linalg.LinAlgError, ValueError):  # H >= I up to rounding: features on an extreme scale
-            return np.linalg.lstsq(H, r, rcond=None)[0]
+        return spd_solve(H, r)  # H >= I up to rounding
 
     def _cg(self, r, rel_tol):
         rows_A, s, W, a = self.rows_A, self.s, self.W, self.a

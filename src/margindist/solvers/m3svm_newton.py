@@ -51,14 +51,13 @@ Newton-CG, and far less work per step than scipy's L-BFGS-B on K d variables.
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
-import scipy.linalg
 import scipy.sparse as sp
 from numba import njit
 
 from ..losses import smooth_hinge_scalar
+from ._gram import spd_solve
 from ._rows import nonneg
 from .m3svm import (
     M3SVMResult,
@@ -385,15 +384,7 @@ class _BinaryProblem:
 
     def direction(self, g, eta):
         if self.direct:
-            H = self._hessian()
-            try:
-                # with features on very different scales H is ill-conditioned; the line search
-                # judges the step, so no warning at each Newton step
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", scipy.linalg.LinAlgWarning)
-                    return scipy.linalg.solve(H, -g, assume_a="pos", check_finite=False), 0
-            except (np.linalg.LinAlgError, ValueError):
-                return np.linalg.lstsq(H, -g, rcond=None)[0], 0
+            return spd_solve(self._hessian(), -g), 0
         minv = 1.0 / self._diagonal()
         return pcg(self.hvp, g, minv, eta, max(10, g.size))
 

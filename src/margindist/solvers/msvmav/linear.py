@@ -300,10 +300,11 @@ def msvmav_linear(X, y, sample_weight, alpha, beta, *, fit_intercept=True, solve
     (:func:`solve_auto`).
 
     With ``fit_intercept`` the constant 1 is appended to every x_i (implicitly, X is not
-    copied), so the bias is a coordinate of w and part of ||w|| = 1, as in the paper. Dense X
-    with fewer rows than coordinates runs in the coordinates of the rows' span
-    (:func:`row_basis`) under ``update="auto"`` without a callback or start: on 280 x 3001,
-    0.08 s instead of 2.2 s in d x d systems, the same decision values to rounding.
+    copied), so the bias is a coordinate of w and part of ||w|| = 1, as in the paper. X with
+    fewer rows than coordinates (sparse X: few of them, :func:`row_basis`) runs in the
+    coordinates of the rows' span under ``update="auto"`` without a callback or start: on
+    280 x 3001 dense rows, 0.08 s instead of 2.2 s in d x d systems, the same decision values
+    to rounding.
     """
     X = as_float(X)
     reduce = kw.get("update", "auto") == "auto" and kw.get("callback") is None and kw.get("w0") is None
