@@ -23,6 +23,7 @@ from margindist.solvers.msvmav import (
     still_improving,
 )
 from margindist.solvers.msvmav.linear import row_basis
+from margindist.solvers.msvmav import _cg
 from margindist.solvers.msvmav._cg import CGSystem
 
 UPDATES = ["sherman-morrison", "batched", "cg"]
@@ -32,6 +33,13 @@ UPDATES = ["sherman-morrison", "batched", "cg"]
 
 def _pm(y):
     return np.where(y == np.unique(y)[1], 1.0, -1.0)
+
+
+@pytest.fixture
+def exact_cg(monkeypatch):
+    """Every conjugate-gradient solve to its ``cg_tol`` (no tolerance from the step length:
+    the tests of the exact algorithm)."""
+    monkeypatch.setattr(_cg, "CG_FORCING", 0.0)
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +96,7 @@ def test_printed_eq8_sign_is_wrong_and_corrected_sign_is_exact(rng):
 
 
 @pytest.mark.parametrize("update", UPDATES)
-def test_incremental_state_matches_direct_inverse_along_run(wdbc, update):
+def test_incremental_state_matches_direct_inverse_along_run(wdbc, update, exact_cg):
     X, y = wdbc
     s = np.random.default_rng(1).uniform(0.5, 2.0, size=y.size)
     Z = y[:, None] * np.hstack([X, np.ones((X.shape[0], 1))])
@@ -151,7 +159,7 @@ def test_sherman_morrison_kernel_path_matches_direct_inverse():
 
 
 @pytest.mark.parametrize("update", ["auto", "sherman-morrison", "cg"])
-def test_linear_steps_are_stationary(australian, update):
+def test_linear_steps_are_stationary(australian, update, exact_cg):
     X, y = australian
     s = np.random.default_rng(2).uniform(0.5, 2.0, size=y.size)
     alpha, beta = 4.0, 0.25
@@ -240,7 +248,7 @@ def test_kernel_semivariance_step_is_stationary(prox, update):
 # --------------------------------------------------------------------------------------
 
 
-def test_linear_path_matches_direct_algorithm(australian):
+def test_linear_path_matches_direct_algorithm(australian, exact_cg):
     X, y = australian
     s = np.ones(y.size)
     Z = y[:, None] * np.hstack([X, np.ones((X.shape[0], 1))])
@@ -347,7 +355,7 @@ def test_compiled_loop_matches_numpy_loop(wdbc):
     assert np.array_equal(c.history["n_changes"], a.history["n_changes"])
 
 
-def test_kernel_paper_update_matches_printed_formula():
+def test_kernel_paper_update_matches_printed_formula(exact_cg):
     """The eigenbasis / Woodbury implementation against the a-coordinate formula (direct dense computation)."""
     X, y = _scaled("australian", n=120)
     y = _pm(y)
@@ -709,7 +717,7 @@ def test_cg_preconditioner_is_inverse_of_diagonal_plus_mean(intercept):
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-def test_sparse_cg_steps_match_direct_solves():
+def test_sparse_cg_steps_match_direct_solves(exact_cg):
     """Sparse X through the CG scheme (weights, intercept): every semi-variance step equals the
     dense direct solve, and the model equals the dense direct scheme's."""
     rng = np.random.default_rng(12)
@@ -731,6 +739,40 @@ def test_sparse_cg_steps_match_direct_solves():
     r2 = msvmav_linear(X.toarray(), y, s, 8.0, 0.125, max_iter=60, tol=0.0, update="batched")
     c2, b2 = r2.w, r2.b
     assert np.allclose(np.append(c1, b1), np.append(c2, b2), atol=1e-8)
+
+
+def test_cg_solves_each_step_to_a_fraction_of_the_last_move():
+    """With the forcing rule (the default for the paper's iteration), each CG solve's error is
+    at most CG_FORCING times the run's last step length (its residual's bound; H >= I),
+    checked against the dense direct solve of every step; the solves need fewer products than
+    solves to cg_tol, and the run settles at the same point to a small fraction of its path.
+    Anderson's evaluations are solved to cg_tol whatever cg_forcing."""
+    rng = np.random.default_rng(12)
+    X = sp.random(2000, 300, density=0.05, format="csr", random_state=3)
+    y = np.where(X @ rng.standard_normal(300) + 0.3 * rng.standard_normal(2000) > 0, 1.0, -1.0)
+    s = rng.uniform(0.5, 2.0, 2000)
+    Z = y[:, None] * np.hstack([X.toarray(), np.ones((2000, 1))])
+    ratios, last = [], {}
+
+    def check(info):
+        A = info["active"]
+        H = np.eye(Z.shape[1]) + (Z[A].T * s[A]) @ Z[A] / info["nb"]
+        rhs = info["theta"] / info["nb"] * (Z[A].T @ s[A]) + info["w_prev"]
+        err = np.linalg.norm(info["w_half"] - np.linalg.solve(H, rhs))
+        ratios.append(err / max(_cg.CG_TOL * np.linalg.norm(rhs), _cg.CG_FORCING * last.get("step", 0.0)))
+        last["step"] = np.linalg.norm(info["w"] - info["w_prev"])
+
+    kw = dict(max_iter=400, tol=1e-7, update="cg", return_best=True)
+    forced = msvmav_linear(X, y, s, 64.0, 0.01, callback=check, **kw)
+    exact = msvmav_linear(X, y, s, 64.0, 0.01, cg_forcing=0.0, **kw)
+    assert forced.converged and exact.converged and max(ratios) <= 1.0
+    assert forced.n_products < 0.75 * exact.n_products  # 220 against 374
+    path = np.abs(np.diff(exact.history["bound"])).sum()
+    assert abs(forced.history["bound"][forced.best_iter] - exact.history["bound"][exact.best_iter]) <= 1e-3 * path
+    assert np.linalg.norm(forced.w - exact.w) <= 1e-4 * np.linalg.norm(exact.w)
+    kw["solver"] = "anderson"
+    a, b = (msvmav_linear(X, y, s, 64.0, 0.01, cg_forcing=f, **kw) for f in (None, 0.0))
+    assert a.n_products == b.n_products and np.array_equal(a.w, b.w)
 
 
 

@@ -7,8 +7,15 @@ import numpy as np
 
 __all__ = ["CGSystem"]
 
-#: Relative residual of the conjugate-gradient solves.
+#: Relative residual of the conjugate-gradient solves ...
 CG_TOL = 1e-10
+#: ... or, where that is larger, a residual norm of this multiple of the length of the
+#: iteration's last step ||w_k - w_{k-1}|| (w of unit norm). As H >= I (P = I) the solve's error
+#: is at most the residual's norm: each semi-variance step is solved to an error that is a small
+#: fraction of the move it makes, so errors do not pile up along the path (as with a fixed
+#: tolerance: 1e-8 left an accelerated run short of its fixed point) and vanish as the
+#: iteration settles.
+CG_FORCING = 1e-4
 #: CG: the copy of the active rows is rebuilt once the products spent on stale and extra rows
 #: since the last rebuild add up to this many products (about what a rebuild costs).
 COPY_REBUILD = 2.0
@@ -38,9 +45,10 @@ class CGSystem:
       costs no product through X.
     """
 
-    def __init__(self, design, s, P, nb, cg_tol=CG_TOL, log=None):
+    def __init__(self, design, s, P, nb, cg_tol=CG_TOL, log=None, forcing=None):
         self.design, self.s, self.P, self.nb = design, s, P, nb
         self.cg_tol, self.log = cg_tol, log
+        self.forcing = CG_FORCING if forcing is None else forcing
         d = design.d
         self.g = None  # sum_A s_i z_i
         self.diagG = None
@@ -58,12 +66,14 @@ class CGSystem:
         self.n_products = 0
 
     # -- one semi-variance step
-    def half_step(self, A, add, rem, theta, w, k=0):
+    def half_step(self, A, add, rem, theta, w, k=0, step=0.0):
         """Follow A (``add`` entered, ``rem`` left) and solve H w' = theta / nb g + P w by CG
-        (iteration ``k`` of the run, for the log); returns (w', "cg")."""
+        to a residual norm of at most max(cg_tol ||rhs||, forcing * ``step``), ``step`` the
+        length of the run's last step (0: to cg_tol); ``k`` the iteration, for the log.
+        Returns (w', "cg")."""
         self.move(A, add, rem)
         rhs = theta / self.nb * self.g + self.P * w
-        w_half, _, done = self.solve(rhs, self.cg_tol, 10 * self.design.d + 100)
+        w_half, _, done = self.solve(rhs, self.cg_tol, 10 * self.design.d + 100, atol=self.forcing * step)
         self.Hx = self.HW[:, 0].copy()  # H w_half = rhs - r (margin screening, :mod:`._screen`)
         if not done and self.log is not None:
             self.log.info("MSVMAv: CG stopped at its iteration cap (rtol=%g) in iteration %d", self.cg_tol, k)
@@ -190,11 +200,12 @@ class CGSystem:
             return self.x_prev.copy(), b - self.matvec(self.x_prev)
         return np.zeros_like(b), b.copy()
 
-    def solve(self, b, rtol, maxiter):
-        """Preconditioned CG on H x = b to ||b - H x|| <= rtol ||b||; (x, iterations, converged)."""
+    def solve(self, b, rtol, maxiter, atol=0.0):
+        """Preconditioned CG on H x = b to ||b - H x|| <= max(rtol ||b||, atol); (x, iterations,
+        converged)."""
         pre = self._preconditioner()
         x, r = self._start(b)
-        stop = rtol * np.linalg.norm(b)
+        stop = max(rtol * np.linalg.norm(b), atol)
         it = 0
         done = np.linalg.norm(r) <= stop
         if not done:

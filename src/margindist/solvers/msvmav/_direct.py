@@ -117,8 +117,9 @@ class DirectSystem:
         return self.P * x + self.design.rmatvec(np.where(self.active, self.s * t, 0.0)) / self.nb
 
     # -- one semi-variance step
-    def half_step(self, A, add, rem, theta, w, k=0):
-        """Follow A (``add`` entered, ``rem`` left) and solve H w' = theta / nb g + P w;
+    def half_step(self, A, add, rem, theta, w, k=0, step=0.0):
+        """Follow A (``add`` entered, ``rem`` left) and solve H w' = theta / nb g + P w
+        (exactly: ``k`` and ``step`` are for the interface of :class:`._cg.CGSystem`);
         returns (w', scheme). "auto" takes per iteration the cheaper of a Woodbury update of M
         and a Cholesky refactorisation."""
         c = add.size + rem.size
