@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._anderson import MEMORY
+
 __all__ = ["CGSystem"]
 
 #: Relative residual of the conjugate-gradient solves ...
@@ -19,8 +21,12 @@ CG_FORCING = 1e-4
 #: CG: the copy of the active rows is rebuilt once the products spent on stale and extra rows
 #: since the last rebuild add up to this many products (about what a rebuild costs).
 COPY_REBUILD = 2.0
-#: Previous solutions whose span gives the conjugate-gradient start.
-CG_WINDOW = 4
+#: Previous solutions whose span gives the conjugate-gradient start: as many as the iterates
+#: that Anderson's mixing combines (its points jump further than the paper's steps, and the
+#: solution of the system, linear in the point while A stays, is then farther from the span of
+#: the last few solutions). Four before: on the sparse 200k x 50k row 1.9 products per
+#: accelerated evaluation, now 1.4; the paper's 100 iterations 29 products, now 23.
+CG_WINDOW = MEMORY
 #: Largest sum of |coefficients| of the Galerkin start in the window's vectors.
 GALERKIN_MAX_COEF = 1e4
 
