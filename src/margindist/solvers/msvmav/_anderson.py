@@ -59,6 +59,9 @@ def anderson_step(x, g, dX, dG, last, info, gmin, out):
     restart = info[2] == 1 and gn > RESTART * gmin[0]
     if restart:
         info[0] = 0
+        # the head stays: until the ring wraps, rows 0 ... held - 1 that the mixing reads keep
+        # differences from before the restart (refilling from row 0, tried with
+        # solver="anderson" on the KEEL sets: up to 20x the SV/theta^2 on ionosphere)
         info[2] = 0
         gmin[0] = np.inf
     gmin[0] = min(gmin[0], gn)
