@@ -210,8 +210,8 @@ def _msvmav(kw):
     else:
         csr = Spec(MSV_SPARSE, (Cmp("coef_", _NP_ALLCLOSE, 1e-9), Cmp("intercept_", _NP_ALLCLOSE, 1e-9),
                                 Cmp(DEC, _NP_ALLCLOSE, 1e-9)), kw=MSV_CSR)
-    # CG solves stop at a residual of 1e-4 of the last step (_cg.CG_FORCING), where the weighted
-    # and the repeated rows' products round differently: their SV/theta^2 agree to ~4e-8 there
+    # CG solves stop at a residual of 1e-4 of the last step (_cg.CG_FORCING), and the weighted and
+    # the repeated rows' solves stop at different points within it: SV/theta^2 agree to ~4e-8
     bound_tol = 1e-6 if kw.get("update") == "cg" else 1e-8
     weights = Spec(MSV_WDBC, (Cmp(DEC, _NP_ALLCLOSE, 1e-8, scaled=True), Cmp(_history_bound, bound_tol)), kw=MSV_SW,
                    weights=integers(7, 1, 3))

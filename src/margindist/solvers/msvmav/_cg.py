@@ -12,7 +12,7 @@ __all__ = ["CGSystem"]
 #: Relative residual of the conjugate-gradient solves ...
 CG_TOL = 1e-10
 #: ... or, where that is larger, a residual norm of this multiple of the length of the
-#: iteration's last step ||w_k - w_{k-1}|| (w of unit norm). As H >= I (P = I) the solve's error
+#: iteration's last step ||w_k - w_{k-1}|| (w of unit norm). As H >= I (P >= 1) the solve's error
 #: is at most the residual's norm: each semi-variance step is solved to an error that is a small
 #: fraction of the move it makes, so errors do not pile up along the path (as with a fixed
 #: tolerance: 1e-8 left an accelerated run short of its fixed point) and vanish as the
