@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from margindist.solvers._gram import column_spreads, row_gram, sym_dot, weighted_gram, x_dot, xt_dot
+from margindist.solvers._gram import column_spreads, gram_dot, row_gram, sym_dot, weighted_gram, x_dot, xt_dot
 
 
 def _data(dtype, sparse, seed=0):
@@ -42,6 +42,14 @@ def test_products_equal_float64_numpy(dtype, sparse, max_bytes):
     K = row_gram(X, max_bytes=max_bytes // 7 if max_bytes < 2**20 else max_bytes)
     np.testing.assert_allclose(K, Xf @ Xf.T, rtol=1e-12, atol=1e-10)
     assert K.dtype == np.float64 and K.shape == (103, 103)
+    # X^T diag(s) X V: for CSR one compiled pass over the rows (int64 indices and a CSR array too)
+    V = np.random.default_rng(1).normal(size=(7, 3))
+    inputs = [X] + ([sp.csr_array(X), sp.csr_matrix((X.data, X.indices.astype(np.int64), X.indptr.astype(np.int64)),
+                                                    shape=X.shape)] if sparse else [])
+    for Xi in inputs:
+        out = gram_dot(Xi, s, V)
+        assert out.dtype == np.float64 and out.shape == (7, 3)
+        np.testing.assert_allclose(out, Xf.T @ (s[:, None] * (Xf @ V)), rtol=1e-12, atol=1e-10)
 
 
 @pytest.mark.parametrize("order", ["C", "F"])  # C: the compiled pass; F: cast blocks and BLAS

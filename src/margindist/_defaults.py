@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .solvers._gram import column_spreads, weighted_gram, x_dot, xt_dot
+from .solvers._gram import column_spreads, gram_dot, weighted_gram, xt_dot
 from .solvers._rows import row_sq_norms
 
 __all__ = [
@@ -262,9 +262,9 @@ def typical_curvature(X, sample_weight):
     number of directions the data spread over): close to tr(C) when a few directions carry the
     variance, tr(C) / d when it spreads evenly over d. Exact up to :data:`_SPREAD_EXACT_MAX_D`
     features; beyond, ||C||_F^2 = E ||C g||^2 over :data:`_SPREAD_PROBES` Rademacher vectors g
-    drawn from a fixed seed (so the value is a function of the data), each C g by two products
-    with X (O(nnz)). The products are those of :mod:`margindist.solvers._gram` (float64 sums, no
-    temporary of X's size). Returns 0.0 for constant data.
+    drawn from a fixed seed (so the value is a function of the data), all C g by
+    :func:`~margindist.solvers._gram.gram_dot` (one pass over CSR rows, O(nnz) per probe; float64
+    sums, no temporary of X's size). Returns 0.0 for constant data.
     """
     s = np.asarray(sample_weight, dtype=np.float64)
     S = float(s.sum())
@@ -276,7 +276,7 @@ def typical_curvature(X, sample_weight):
         C = weighted_gram(X, s, center=mu) / S
         return float(np.sum(C * C)) / trace
     G = np.random.default_rng(0).choice([-1.0, 1.0], size=(X.shape[1], _SPREAD_PROBES))
-    CG = xt_dot(X, s[:, None] * x_dot(X, G)) / S - np.outer(mu, mu @ G)
+    CG = gram_dot(X, s, G) / S - np.outer(mu, mu @ G)
     return float(np.sum(CG * CG)) / _SPREAD_PROBES / trace
 
 
