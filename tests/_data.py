@@ -1,5 +1,8 @@
 """Data helpers shared by several test files (imported as ``from _data import ...``)."""
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 from sklearn.preprocessing import MinMaxScaler
 
@@ -26,3 +29,14 @@ def separable(n=60, d=5, seed=0, gap=0.1):
     X, s = X[np.abs(s) > gap], s[np.abs(s) > gap]
     y = np.sign(s)
     return np.vstack([X, -X]), np.r_[y, -y]
+
+
+def topic_text(m, vocabulary, n_classes, seed=0):
+    """The benchmarks' synthetic tf-idf topic rows (``benchmarks/_synthetic.py``: one
+    definition for both), the m training rows and their labels."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "_synthetic.py"
+    spec = importlib.util.spec_from_file_location("_synthetic", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    X, y, _, _ = module.topic_text(m, vocabulary, n_classes, seed=seed, n_test=1)
+    return X, y

@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _data import topic_text
 from _numdiff import central_diff
 from scipy.optimize import minimize
 from sklearn.datasets import load_iris, make_blobs, make_classification
@@ -624,25 +625,6 @@ def test_auto_solver_choice_and_same_predictions(iris):
         M3SVM(p=0.5, solver="newton").fit(X, yb)
 
 
-def _topic_rows(n, vocabulary, n_classes, seed):
-    """tf-idf rows of word counts: 30 words a document, three quarters from its class's topic
-    (a Zipf background with 300 words boosted eightfold)."""
-    from sklearn.feature_extraction.text import TfidfTransformer
-
-    rng = np.random.default_rng(seed)
-    base = 1.0 / np.arange(1, vocabulary + 1) ** 1.1
-    topics = []
-    for _ in range(n_classes):
-        t = base.copy()
-        t[rng.choice(vocabulary, 300, replace=False)] *= 8.0
-        topics.append(t / t.sum())
-    y = rng.integers(0, n_classes, size=n)
-    rows = [np.concatenate([rng.choice(vocabulary, 22, p=topics[c]), rng.choice(vocabulary, 8, p=base / base.sum())])
-            for c in y]
-    X = sp.csr_matrix((np.ones(30 * n), (np.repeat(np.arange(n), 30), np.concatenate(rows))), shape=(n, vocabulary))
-    return TfidfTransformer().fit_transform(X).tocsr(), y
-
-
 def test_multiclass_newton_does_not_stop_after_a_long_step(monkeypatch):
     """A weak p = 2 regulariser on tf-idf rows: the first Newton steps land where the largest
     gradient entry is already below tol but F is far above its minimum. Stopping there (the
@@ -650,7 +632,7 @@ def test_multiclass_newton_does_not_stop_after_a_long_step(monkeypatch):
     high; with it the run goes on and ends at the minimum of a tight L-BFGS run."""
     import margindist.solvers.m3svm_newton as newton_module
 
-    X, y = _topic_rows(600, 3000, 4, seed=2)
+    X, y = topic_text(600, 3000, 4, seed=3)
     s = np.random.default_rng(0).uniform(0.5, 2.0, y.size)
     kw = dict(lam=2e-6, p=2.0, delta=0.1, eps=1e-6, loss="smooth_hinge", fit_intercept=True)
     ref = m3svm_lbfgs(X, y, s, 4, tol=1e-10, max_iter=20000, **kw).objective

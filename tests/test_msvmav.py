@@ -22,9 +22,9 @@ from margindist.solvers.msvmav import (
     msvmav_linear,
     still_improving,
 )
-from margindist.solvers.msvmav.linear import row_basis
 from margindist.solvers.msvmav import _cg
 from margindist.solvers.msvmav._cg import CGSystem
+from margindist.solvers.msvmav.linear import row_basis
 
 UPDATES = ["sherman-morrison", "batched", "cg"]
 

@@ -12,6 +12,7 @@ from sklearn.svm import LinearSVC
 from margindist.datasets import load_dataset
 from margindist.models.odm import ODM
 from margindist.solvers.odm import (
+    newton_after,
     odm_band_loss,
     odm_band_loss_grad,
     odm_band_loss_hess,
@@ -24,7 +25,6 @@ from margindist.solvers.odm import (
     odm_newton,
     odm_primal_objective,
     odm_svrg,
-    newton_after,
 )
 
 PARAMS = [(1.0, 0.8, 0.2), (10.0, 0.3, 0.5), (0.1, 1.0, 0.0), (5.0, 0.0, 0.4)]

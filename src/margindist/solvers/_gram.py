@@ -13,9 +13,8 @@ instead.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg as sla
