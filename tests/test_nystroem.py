@@ -18,7 +18,7 @@ from sklearn.kernel_approximation import Nystroem
 from sklearn.preprocessing import MinMaxScaler
 
 import margindist as md
-from margindist.kernels import nystroem_map, resolve_kernel
+from margindist.kernels import NystroemMap, kernel_matrix, nystroem_map, resolve_kernel
 
 #: Kernel estimators with ``kernel_approximation`` and settings where their exact path is tight.
 ESTIMATORS = {
@@ -161,6 +161,63 @@ def test_msvmav_auto_by_default_counts_both_of_its_arrays(caplog):
     np.testing.assert_allclose(beyond.decision_function(X), f, atol=1e-5 * np.abs(f).max())
     lssvm_exact = _fit(md.LSSVM(kernel="rbf"), X, y)
     np.testing.assert_array_equal(lssvm.decision_function(X), lssvm_exact.decision_function(X))
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "poly"])
+def test_residual_is_the_weighted_share_of_the_trace_left_out(kernel):
+    """NystroemMap.residual against the Nyström approximation K_XL K_LL^+ K_LX formed whole
+    (pseudo-inverse, no features): sum_i s_i (K - K~)_ii / sum_i s_i K_ii; 0 when every row is
+    a landmark, smaller with more landmarks."""
+    X, _ = _data(n=120, d=8)
+    s = np.random.default_rng(1).uniform(0.2, 3.0, X.shape[0])
+    spec = resolve_kernel(kernel, X, gamma="scale", degree=2, coef0=1.0)
+    K = kernel_matrix(spec, X)
+    shares = []
+    for n_comp in (10, 40, 120):
+        nmap = nystroem_map(spec, X, n_comp, 0)
+        L = nmap.landmarks
+        approx = K[:, L] @ np.linalg.pinv(K[np.ix_(L, L)], rcond=1e-12, hermitian=True) @ K[L, :]
+        expected = s @ (np.diag(K) - np.diag(approx)) / (s @ np.diag(K))
+        got = NystroemMap.residual(spec, X, nmap.transform(spec, X, X), s)
+        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-10)
+        shares.append(got)
+    assert shares[0] > shares[1] > 0.0 and shares[2] < 1e-9
+
+
+def _flat_and_smooth(n=300):
+    """Rows where the RBF kernel's spectrum is flat (30 informative standardised dimensions)
+    and where it decays fast (2 dimensions)."""
+    rng = np.random.default_rng(0)
+    flat = rng.normal(size=(n, 30))
+    smooth = rng.normal(size=(n, 2))
+    y = (flat[:, 0] + smooth[:, 0] > 0).astype(int)
+    return flat, smooth, y
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_auto_warns_when_its_landmarks_leave_much_of_the_trace_out(monkeypatch, caplog):
+    """kernel_approximation="auto" beyond its budget: a KernelApproximationWarning where the
+    landmarks leave more than WARN_RESIDUAL of the kernel's trace out, naming the share and the
+    remedies; none where they capture it, and none for landmarks the user chose."""
+    import margindist._base as base
+
+    monkeypatch.setattr(base, "AUTO_COMPONENTS", 20)
+    flat, smooth, y = _flat_and_smooth()
+    make = lambda **kw: md.LSSVM(kernel="rbf", cache_size=0.01, **kw)  # noqa: E731
+    with pytest.warns(md.exceptions.KernelApproximationWarning, match=r"20 Nyström landmarks of 300 rows.* % of"):
+        make(kernel_approximation="auto").fit(flat, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", md.exceptions.KernelApproximationWarning)
+        make(kernel_approximation=20).fit(flat, y)
+        with caplog.at_level("INFO", logger="margindist"):
+            make(kernel_approximation="auto", verbose=1).fit(smooth, y)
+    share = float(caplog.text.split("leaving ")[1].split(" %")[0])
+    assert 0.0 < share < 100 * base.WARN_RESIDUAL
+    # one-vs-one: one warning for the fit, naming the worst of its sub-problems
+    y3 = np.arange(300) % 3
+    with pytest.warns(md.exceptions.KernelApproximationWarning, match="one of its 3 sub-problems") as record:
+        md.MSVMAv(kernel="rbf", cache_size=0.01, max_iter=5).fit(flat, y3)
+    assert sum(issubclass(w.category, md.exceptions.KernelApproximationWarning) for w in record) == 1
 
 
 def test_linear_kernel_ignores_the_approximation():

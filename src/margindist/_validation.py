@@ -16,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils.multiclass import check_classification_targets
 
-from .exceptions import DegenerateModelWarning, FeatureScaleWarning
+from .exceptions import DegenerateModelWarning, FeatureScaleWarning, KernelApproximationWarning
 
 __all__ = [
     "canonical_csr",
@@ -200,6 +200,22 @@ def warn_scale_problem(estimator, problem: str | None) -> None:
             FeatureScaleWarning,
             stacklevel=3,
         )
+
+
+def warn_approximation(estimator, landmarks: int, rows: int, share: float, n_problems: int, need_mib: float) -> None:
+    """Warn that ``kernel_approximation="auto"`` fitted ``estimator`` on Nyström features that
+    leave ``share`` of the kernel's trace out on a sub-problem of ``rows`` rows (the worst of
+    ``n_problems``); ``need_mib``: the ``cache_size`` that would hold the exact path."""
+    where = "the training rows" if n_problems == 1 else f"the rows of one of its {n_problems} sub-problems"
+    warnings.warn(
+        f"{type(estimator).__name__}: kernel_approximation='auto' fitted the model on {landmarks} Nyström "
+        f"landmarks of {rows} rows instead of the exact kernel, and they leave {100.0 * share:.0f} % of the "
+        f"kernel's trace on {where} out: the kernel's spectrum is too flat for them, and the model may be "
+        f"markedly less accurate than the exact one. Pass more landmarks (an int kernel_approximation), or "
+        f"cache_size={need_mib:.0f} (MiB) for the exact path.",
+        KernelApproximationWarning,
+        stacklevel=6,  # the caller of fit
+    )
 
 
 def warn_degenerate(estimator, missing, predicted, scale_problem: str | None) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["DegenerateModelWarning", "FeatureScaleWarning"]
+__all__ = ["DegenerateModelWarning", "FeatureScaleWarning", "KernelApproximationWarning"]
 
 
 class DegenerateModelWarning(UserWarning):
@@ -18,3 +18,11 @@ class FeatureScaleWarning(UserWarning):
     far from their intended range: rows of tiny or huge norm, or columns whose magnitudes differ
     by many orders. Standardise the features (``StandardScaler``, or ``MinMaxScaler`` /
     ``MaxAbsScaler`` for sparse data)."""
+
+
+class KernelApproximationWarning(UserWarning):
+    """``kernel_approximation="auto"`` fitted a kernel model on Nyström features whose
+    landmarks capture the kernel poorly on the training rows (a large share of its trace left
+    out: a kernel whose spectrum is flat, such as an RBF kernel on many informative
+    dimensions), so the model may be markedly less accurate than the exact one. Pass more
+    landmarks (an int ``kernel_approximation``) or a ``cache_size`` that holds the exact path."""

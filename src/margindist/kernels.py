@@ -334,6 +334,23 @@ class NystroemMap:
         a[self.landmarks] = self.normalization @ np.asarray(coef, dtype=np.float64)
         return a
 
+    @staticmethod
+    def residual(spec: KernelSpec, X, features, sample_weight=None) -> float:
+        """The share of the kernel's trace on the rows X that their Nyström ``features``
+        (:meth:`transform`) leave out: sum_i s_i (k(x_i, x_i) - ||phi(x_i)||^2) / sum_i s_i
+        k(x_i, x_i), in [0, 1]. phi(x)^T phi(x) = k(x, L) K_LL^+ k(L, x) is the squared length
+        of k(x, .)'s projection on the landmarks' span, so each term is the squared distance
+        of x's feature vector from that span: 0 for every row when all rows are landmarks,
+        near 1 where the kernel's spectrum is too flat for the landmarks to capture (O(n k),
+        no kernel evaluation beyond the diagonal)."""
+        diag = kernel_diag(spec, X)
+        s = np.ones(diag.shape[0]) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        total = float(s @ diag)
+        if not total > 0.0:
+            return 0.0
+        left = np.maximum(diag - row_sq_norms(features), 0.0)
+        return min(float(s @ left) / total, 1.0)
+
 
 def nystroem_map(spec: KernelSpec, X, n_components: int, seed, *, landmarks: str = "uniform",
                  sample_weight=None) -> NystroemMap:
