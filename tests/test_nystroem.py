@@ -220,6 +220,45 @@ def test_auto_warns_when_its_landmarks_leave_much_of_the_trace_out(monkeypatch, 
     assert sum(issubclass(w.category, md.exceptions.KernelApproximationWarning) for w in record) == 1
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_msvmav_auto_takes_landmarks_that_capture_the_kernel_beyond_its_row_limit(monkeypatch, caplog):
+    """MSVMAv's "auto" within its budget: beyond ``_auto_landmark_rows`` rows the model on
+    AUTO_COMPONENTS landmarks where they leave at most AUTO_NEAR_EXACT of the trace out (the
+    same model as that many landmarks given as an int), else the exact model; at or below the
+    limit, and on few distinct rows, the exact model without trying landmarks."""
+    import margindist._base as base
+
+    monkeypatch.setattr(base, "AUTO_COMPONENTS", 60)
+    monkeypatch.setattr(md.MSVMAv, "_auto_landmark_rows", 100)
+    flat, smooth, y = _flat_and_smooth()
+    make = lambda **kw: md.MSVMAv(kernel="rbf", max_iter=30, random_state=0, **kw)  # noqa: E731
+
+    def same(a, b, X):
+        np.testing.assert_array_equal(a.decision_function(X), b.decision_function(X))
+
+    with caplog.at_level("INFO", logger="margindist"):
+        auto = make(verbose=1).fit(smooth, y)
+    assert "the landmarks capture the kernel" in caplog.text
+    same(auto, make(kernel_approximation=60).fit(smooth, y), smooth)
+    assert auto.support_vectors_.shape[0] <= 60
+    caplog.clear()
+    with caplog.at_level("INFO", logger="margindist"):
+        auto = make(verbose=1).fit(flat, y)
+    assert "the exact kernel path on 300 rows" in caplog.text and "Nyström approximation" not in caplog.text
+    same(auto, make(kernel_approximation=None).fit(flat, y), flat)
+    # at the limit, and on 60 distinct (x, y) pairs of 300 rows: exact, no landmarks tried
+    caplog.clear()
+    rep = np.repeat(smooth[:60], 5, axis=0), np.repeat(y[:60], 5)
+    made = []
+    features = md.MSVMAv._nystroem_features
+    monkeypatch.setattr(md.MSVMAv, "_nystroem_features", lambda self, *a: made.append(1) or features(self, *a))
+    with caplog.at_level("INFO", logger="margindist"):
+        same(make(verbose=1).fit(smooth[:100], y[:100]), make(kernel_approximation=None).fit(smooth[:100], y[:100]),
+             smooth[:100])
+        same(make(verbose=1).fit(*rep), make(kernel_approximation=None).fit(*rep), rep[0])
+    assert "landmarks" not in caplog.text and not made
+
+
 def test_linear_kernel_ignores_the_approximation():
     X, y = _data()
     a = _fit(md.ODM(random_state=0), X, y)
