@@ -237,7 +237,7 @@ class MSVMAv(BaseMarginClassifier):
         ``KernelApproximationWarning`` where they leave more than 10 % of the kernel's trace
         out). Between 2001 rows (distinct (x, y) pairs) and that budget, 1000 landmarks where
         they leave at most 5 % of the trace out (a model close to the exact one, 3-10 times
-        faster: magic, 5000 rows, 32 s -> 3.5 s), else the exact model. The exact
+        faster: magic, 5000 rows, 34.8 s -> 3.9 s), else the exact model. The exact
         path has no bound on its memory (m = 20 000 needs 6.4 GB and an O(m^3)
         factorisation): None asks for it at any size. Ignored for the linear kernel; an int
         not with ``kernel="precomputed"`` ("auto" is exact there). See "Kernel approximation" on the hyperparameters page.
