@@ -234,7 +234,7 @@ class MSVMAv(BaseMarginClassifier):
         ``"auto"``: the exact model while its two m x m float64 arrays (K and the inverse of
         diag(1/s) + K: 16 m^2 bytes for a sub-problem of m rows) fit ``cache_size`` (up to
         5724 rows at the default 500 MiB), else 1000 landmarks, said in the log (with a
-        ``KernelApproximationWarning`` where they leave more than 10 % of the kernel's trace
+        ``KernelApproximationWarning`` where they leave more than 30 % of the kernel's trace
         out). Between 2001 rows (distinct (x, y) pairs) and that budget, 1000 landmarks where
         they leave at most 5 % of the trace out (a model close to the exact one, 3-10 times
         faster: magic, 5000 rows, 34.8 s -> 3.9 s), else the exact model. The exact
