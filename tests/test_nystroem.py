@@ -231,7 +231,7 @@ def test_msvmav_auto_takes_landmarks_that_capture_the_kernel_beyond_its_row_limi
     monkeypatch.setattr(base, "AUTO_COMPONENTS", 60)
     monkeypatch.setattr(md.MSVMAv, "_auto_landmark_rows", 100)
     flat, smooth, y = _flat_and_smooth()
-    make = lambda **kw: md.MSVMAv(kernel="rbf", max_iter=30, random_state=0, **kw)  # noqa: E731
+    make = lambda **kw: md.MSVMAv(**{"kernel": "rbf", "max_iter": 30, "random_state": 0, **kw})  # noqa: E731
 
     def same(a, b, X):
         np.testing.assert_array_equal(a.decision_function(X), b.decision_function(X))
@@ -246,7 +246,8 @@ def test_msvmav_auto_takes_landmarks_that_capture_the_kernel_beyond_its_row_limi
         auto = make(verbose=1).fit(flat, y)
     assert "the exact kernel path on 300 rows" in caplog.text and "Nyström approximation" not in caplog.text
     same(auto, make(kernel_approximation=None).fit(flat, y), flat)
-    # at the limit, and on 60 distinct (x, y) pairs of 300 rows: exact, no landmarks tried
+    # at the limit, on 60 distinct (x, y) pairs of 300 rows, and with a kernel that is not
+    # positive semi-definite: exact, no landmarks tried
     caplog.clear()
     rep = np.repeat(smooth[:60], 5, axis=0), np.repeat(y[:60], 5)
     made = []
@@ -256,6 +257,9 @@ def test_msvmav_auto_takes_landmarks_that_capture_the_kernel_beyond_its_row_limi
         same(make(verbose=1).fit(smooth[:100], y[:100]), make(kernel_approximation=None).fit(smooth[:100], y[:100]),
              smooth[:100])
         same(make(verbose=1).fit(*rep), make(kernel_approximation=None).fit(*rep), rep[0])
+        sigmoid = dict(kernel="sigmoid", coef0=-1.0)
+        same(make(verbose=1, **sigmoid).fit(smooth, y), make(kernel_approximation=None, **sigmoid).fit(smooth, y),
+             smooth)
     assert "landmarks" not in caplog.text and not made
 
 

@@ -892,10 +892,15 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
 
     def _tried_components(self, kernel, m_exact) -> int | None:
         """The landmarks that ``kernel_approximation="auto"`` tries where the exact path fits its
-        budget but runs on more than ``_auto_landmark_rows`` rows (``m_exact``), else None."""
+        budget but runs on more than ``_auto_landmark_rows`` rows (``m_exact``), else None.
+        Only for the built-in positive semi-definite kernels: for the others (sigmoid, poly
+        with coef0 < 0, a callable) the share of the trace left out does not measure how close
+        the landmarks' model is (their Gram matrix on the landmarks is clipped to its
+        positive part), so they stay exact within the budget."""
         limit = self._auto_landmark_rows
         if (limit is None or getattr(self, "kernel_approximation", None) != "auto" or kernel is None
-                or kernel.is_linear or kernel.kind == "precomputed" or m_exact <= limit):
+                or kernel.is_linear or kernel.kind in ("precomputed", "callable")
+                or indefinite_kernel(kernel.kind, kernel.coef0) or m_exact <= limit):
             return None
         return AUTO_COMPONENTS
 

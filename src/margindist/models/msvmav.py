@@ -235,12 +235,13 @@ class MSVMAv(BaseMarginClassifier):
         diag(1/s) + K: 16 m^2 bytes for a sub-problem of m rows) fit ``cache_size`` (up to
         5724 rows at the default 500 MiB), else 1000 landmarks, said in the log (with a
         ``KernelApproximationWarning`` where they leave more than 30 % of the kernel's trace
-        out). Between 2001 rows (distinct (x, y) pairs) and that budget, 1000 landmarks where
-        they leave at most 5 % of the trace out (a model close to the exact one, 3-10 times
-        faster: magic, 5000 rows, 34.8 s -> 3.9 s), else the exact model. The exact
-        path has no bound on its memory (m = 20 000 needs 6.4 GB and an O(m^3)
-        factorisation): None asks for it at any size. Ignored for the linear kernel; an int
-        not with ``kernel="precomputed"`` ("auto" is exact there). See "Kernel approximation" on the hyperparameters page.
+        out). Between 2001 rows (distinct (x, y) pairs) and that budget, with the rbf kernel
+        or a poly kernel with coef0 >= 0, 1000 landmarks where they leave at most 5 % of the
+        trace out (a model close to the exact one, 3-10 times faster: magic, 5000 rows,
+        34.8 s -> 3.9 s), else the exact model. The exact path has no bound on its memory
+        (m = 20 000 needs 6.4 GB and an O(m^3) factorisation): None asks for it at any size.
+        Ignored for the linear kernel; an int not with ``kernel="precomputed"`` ("auto" is
+        exact there). See "Kernel approximation" on the hyperparameters page.
     landmarks : {"uniform", "kmeans++"}, default="uniform"
         How ``kernel_approximation`` draws its landmarks (with ``random_state``): uniformly,
         or by k-means++ seeding in the input space, weighted by the sample weights.
