@@ -263,9 +263,14 @@ def approximation_components(estimator, kernel: KernelSpec | None, m: int) -> in
         raise ValueError("kernel_approximation needs the features: it cannot be used with kernel='precomputed'; "
                          "use kernel_approximation=None.")
     if value == "auto":
-        need = 8.0 * estimator._exact_kernel_arrays * m * m
-        return None if need <= estimator._auto_budget_mib() * 2**20 else min(AUTO_COMPONENTS, m)
+        return None if exact_kernel_mib(estimator, m) <= estimator._auto_budget_mib() else min(AUTO_COMPONENTS, m)
     return min(int(value), m)
+
+
+def exact_kernel_mib(estimator, m: int) -> float:
+    """MiB of the m x m float64 arrays (``_exact_kernel_arrays`` of them) that the estimator's
+    exact kernel path holds for a sub-problem of m rows."""
+    return 8.0 * estimator._exact_kernel_arrays * m * m / 2**20
 
 
 def kernel_device(device, name: str) -> str | None:
@@ -840,8 +845,7 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
             return
         worst = max(fits, key=lambda f: f[2])
         if worst[2] > WARN_RESIDUAL:
-            need = 8.0 * self._exact_kernel_arrays * max(f[1] for f in fits) ** 2 / 2**20
-            warn_approximation(self, *worst, len(fits), need)
+            warn_approximation(self, *worst, len(fits), exact_kernel_mib(self, max(f[1] for f in fits)))
 
     def _solve_binary(self, problem: BinaryProblem, full=None) -> BinaryModel:
         """``_fit_binary(problem)``, or, with ``kernel_approximation``, the method's linear path
