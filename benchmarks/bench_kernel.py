@@ -189,6 +189,9 @@ def run_magic(args, methods, out):
                 kw = {} if path == "exact" else {"kernel_approximation": args.landmarks}
                 row(out, "magic", m, name, f"{path}, CV {best}",
                     measure(functools.partial(make, **best, **kw), data, args.repeats), peer)
+                if name in AUTO:
+                    row(out, "magic", m, name, f"auto, CV {best}",
+                        measure(functools.partial(make, **best, kernel_approximation="auto"), data, args.repeats), peer)
 
 
 def run_repeats(args, methods, out):

@@ -18,7 +18,7 @@ from sklearn.kernel_approximation import Nystroem
 from sklearn.preprocessing import MinMaxScaler
 
 import margindist as md
-from margindist.kernels import NystroemMap, kernel_matrix, nystroem_map, resolve_kernel
+from margindist.kernels import NystroemMap, fewest_landmarks, kernel_matrix, nystroem_map, resolve_kernel
 
 #: Kernel estimators with ``kernel_approximation`` and settings where their exact path is tight.
 ESTIMATORS = {
@@ -137,9 +137,12 @@ def test_auto_is_exact_within_the_cache_and_approximate_beyond(caplog):
     np.testing.assert_allclose(beyond.decision_function(X), exact.decision_function(X), atol=1e-6)
 
 
-def test_msvmav_auto_by_default_counts_both_of_its_arrays(caplog):
+def test_msvmav_auto_by_default_counts_both_of_its_arrays(caplog, monkeypatch):
     """MSVMAv's exact path holds K and the inverse of diag(1/s) + K: its default "auto" leaves it
     once 16 m^2 bytes exceed cache_size (LS-SVM's single Gram matrix would still fit)."""
+    import margindist._base as base
+
+    monkeypatch.setattr(base, "AUTO_FEWER", ())  # every row a landmark beyond the budget
     X, y = _data(n=300)  # 8 m^2 = 0.69 MiB <= 1 MiB < 16 m^2 = 1.37 MiB
     make = ESTIMATORS["MSVMAv"]
     assert md.MSVMAv().kernel_approximation == "auto"
@@ -218,6 +221,62 @@ def test_auto_warns_when_its_landmarks_leave_much_of_the_trace_out(monkeypatch, 
     with pytest.warns(md.exceptions.KernelApproximationWarning, match="one of its 3 sub-problems") as record:
         md.MSVMAv(kernel="rbf", cache_size=0.01, max_iter=5).fit(flat, y3)
     assert sum(issubclass(w.category, md.exceptions.KernelApproximationWarning) for w in record) == 1
+
+
+def test_fewest_landmarks_is_the_first_count_that_leaves_at_most_the_share_out():
+    """fewest_landmarks against the shares of each count's map (nystroem_map with the same seed)
+    measured on all rows: the first count at or below the share, None where none is; on more
+    rows than the probe, the share on the probe rows is close to the share on all rows."""
+    flat, smooth, _ = _flat_and_smooth()
+    counts = (5, 10, 20, 40, 80)
+    for X in (flat, smooth):
+        spec = resolve_kernel("rbf", X)
+        shares = [NystroemMap.residual(spec, X, nystroem_map(spec, X, k, 3).transform(spec, X, X)) for k in counts]
+        assert all(a >= b for a, b in zip(shares, shares[1:]))
+        for limit in (0.01, 0.05, 0.3):
+            got = fewest_landmarks(spec, X, counts, limit, 3)
+            passing = [k for k, share in zip(counts, shares) if share <= limit]
+            if not passing:
+                assert got is None
+            else:
+                np.testing.assert_array_equal(got.landmarks, nystroem_map(spec, X, passing[0], 3).landmarks)
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(3000, 4))
+    spec = resolve_kernel("rbf", X)
+    nmap = nystroem_map(spec, X, 30, 0)
+    share = NystroemMap.residual(spec, X, nmap.transform(spec, X, X))
+    assert fewest_landmarks(spec, X, (30,), 1.1 * share, 0, probe=500) is not None
+    assert fewest_landmarks(spec, X, (30,), 0.9 * share, 0, probe=500) is None
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("name", ["ODM", "LSSVM", "MSVMAv"])
+def test_auto_takes_the_fewest_landmarks_that_capture_the_kernel(name, monkeypatch, caplog):
+    """kernel_approximation="auto" beyond its budget: the fewest of AUTO_FEWER that leave at
+    most AUTO_NEAR_EXACT of the trace out (the same model as that count given as an int), else
+    AUTO_COMPONENTS; a sigmoid kernel (its share measures nothing) takes AUTO_COMPONENTS."""
+    import margindist._base as base
+
+    monkeypatch.setattr(base, "AUTO_FEWER", (5, 20, 40))
+    monkeypatch.setattr(base, "AUTO_COMPONENTS", 60)
+    flat, smooth, y = _flat_and_smooth()
+    make = lambda **kw: ESTIMATORS[name](cache_size=0.01, kernel_approximation="auto").set_params(**kw)  # noqa: E731
+    spec = resolve_kernel("rbf", smooth)
+    seed = int(base._problem_seeds(0, 1)[0])  # the sub-problem's seed under random_state=0
+    expected = fewest_landmarks(spec, smooth, (5, 20, 40), base.AUTO_NEAR_EXACT, seed)
+    assert expected is not None and expected.landmarks.size in (20, 40)  # 5 leave more out, 40 do not
+    for X, k in ((smooth, expected.landmarks.size), (flat, 60)):
+        caplog.clear()
+        with caplog.at_level("INFO", logger="margindist"):
+            auto = _fit(make(verbose=1), X, y)
+        assert f"Nyström approximation with {k} landmarks of 300 rows" in caplog.text
+        given = _fit(make(kernel_approximation=k), X, y)
+        np.testing.assert_array_equal(auto.decision_function(X), given.decision_function(X))
+    caplog.clear()
+    with caplog.at_level("INFO", logger="margindist"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _fit(make(verbose=1, kernel="sigmoid"), smooth, y)
+    assert "Nyström approximation with 60 landmarks" in caplog.text
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
