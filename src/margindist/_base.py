@@ -66,9 +66,9 @@ from .kernels import (
     KernelSpec,
     NystroemMap,
     cache_dtype,
+    fewest_landmarks,
     indefinite_kernel,
     kernel_decision,
-    fewest_landmarks,
     kernel_matrix,
     nystroem_map,
     resolve_kernel,
@@ -227,9 +227,9 @@ AUTO_COMPONENTS = 1000
 #: as the square of the count. Measured against the exact models (one 70/30 split each, RBF,
 #: standardised rows; the shares as measured on all rows): MSVMAv on 3500 rows of magic, banana,
 #: phoneme, satimage, letter, penbased and a 10-dimensional make_classification set, the
-#: counts that leave at most 5 % out, -0.15 to +0.4 point (100-1000 landmarks, 0.06-2.4 s against
-#: 4-14 s exact); ODM on 7700-14 000 rows of magic, letter, penbased and make_classification, -0.2
-#: to 0 point. Counts that left 6-10 % out cost up to 0.3 point, 10-30 % up to 1.7.
+#: counts that leave at most 5 % out, -0.15 to +0.4 point (100-1000 landmarks, 0.11-2.4 s against
+#: 3.9-13.9 s exact); ODM on 7700-14 000 rows of magic, letter, penbased and make_classification,
+#: -0.2 to 0 point. Counts that left 5-10 % out cost up to 0.6 point, 10-30 % up to 2.2.
 AUTO_FEWER = (100, 200, 400, 700)
 #: ``kernel_approximation="auto"`` warns (:class:`~margindist.exceptions.KernelApproximationWarning`)
 #: when its landmarks leave more than this share of the kernel's trace on a sub-problem's rows
@@ -247,7 +247,8 @@ WARN_RESIDUAL = 0.3
 #: beyond ``_auto_landmark_rows`` rows: it fits on the fewest of :data:`AUTO_FEWER` and
 #: :data:`AUTO_COMPONENTS` landmarks that leave at most this share of the kernel's trace out (a
 #: model close to the exact one; see :meth:`BaseMarginClassifier._near_exact_features`), else on
-#: the exact path. Beyond the budget, the share :data:`AUTO_FEWER` must meet.
+#: the exact path. Beyond the budget, the share that a count of :data:`AUTO_FEWER` must meet
+#: (else :data:`AUTO_COMPONENTS` landmarks).
 AUTO_NEAR_EXACT = 0.05
 #: The exact kernel path of a ``_weights_are_copies`` method runs on the distinct (x_i, y_i)
 #: pairs when they are at most this fraction of the rows (fewer rows, the same model, but unequal

@@ -387,7 +387,9 @@ def fewest_landmarks(spec: KernelSpec, X, counts, max_share: float, seed, *, lan
     rows of X drawn uniformly (all rows when X has no more), or None when none does. Each count's
     landmarks are those :func:`nystroem_map` draws for it with ``seed``; the probe rows come from
     another stream of ``seed``, so that they are not the landmarks. For a kernel whose share
-    measures its landmarks' model (built-in, positive semi-definite)."""
+    measures its landmarks' model (built-in, positive semi-definite). Uniform draws cost
+    nothing; k-means++ seeding is drawn anew for each count (O(m d) per landmark, so up to the
+    sum of the counts tried)."""
     m = X.shape[0]
     rows = np.arange(m) if m <= probe else np.sort(np.random.default_rng([seed, 1]).choice(m, probe, replace=False))
     X_probe = X[rows]

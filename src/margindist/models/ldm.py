@@ -122,9 +122,9 @@ class LDM(BaseMarginClassifier):
         features of k landmark rows of each sub-problem (``solver="auto"``'s linear choice
         when ``solver="bcd"``), stored as a kernel expansion over the
         landmarks (the exact model when every row is one). ``"auto"``: exact while the m x m
-        float64 Gram matrix fits ``cache_size``, else the fewest of 100, 200, 400
-        and 700 landmarks that leave at most 5 % of the kernel's trace out, or 1000. Ignored for
-        the linear kernel; not with ``kernel="precomputed"``. See "Kernel approximation" on the
+        float64 Gram matrix fits ``cache_size``, else the fewest of 100, 200, 400 and 700
+        landmarks that leave at most 5 % of the kernel's trace out, or 1000. Ignored for the
+        linear kernel; not with ``kernel="precomputed"``. See "Kernel approximation" on the
         hyperparameters page.
     landmarks : {"uniform", "kmeans++"}, default="uniform"
         How ``kernel_approximation`` draws its landmarks (with ``random_state``): uniformly,

@@ -93,9 +93,9 @@ class ODM(BaseMarginClassifier):
         None: the exact kernel model. An int k: the method's own linear solver on the Nyström
         features of k landmark rows of each sub-problem, stored as a kernel expansion over the
         landmarks (the exact model when every row is one). ``"auto"``: exact while the m x m
-        Gram matrix fits ``cache_size``, else the fewest of 100, 200, 400
-        and 700 landmarks that leave at most 5 % of the kernel's trace out, or 1000. Ignored for
-        the linear kernel; not with ``kernel="precomputed"``. See "Kernel approximation" on the
+        Gram matrix fits ``cache_size``, else the fewest of 100, 200, 400 and 700
+        landmarks that leave at most 5 % of the kernel's trace out, or 1000. Ignored for the
+        linear kernel; not with ``kernel="precomputed"``. See "Kernel approximation" on the
         hyperparameters page.
     landmarks : {"uniform", "kmeans++"}, default="uniform"
         How ``kernel_approximation`` draws its landmarks (with ``random_state``): uniformly,
