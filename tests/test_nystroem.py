@@ -272,6 +272,11 @@ def test_auto_takes_the_fewest_landmarks_that_capture_the_kernel(name, monkeypat
         assert f"Nyström approximation with {k} landmarks of 300 rows" in caplog.text
         given = _fit(make(kernel_approximation=k), X, y)
         np.testing.assert_array_equal(auto.decision_function(X), given.decision_function(X))
+    # CSR rows take the same count and model (to rounding)
+    f = _fit(make(), smooth, y).decision_function(smooth)
+    on_csr = _fit(make(), sp.csr_matrix(smooth), y)
+    assert on_csr.support_vectors_.shape[0] <= expected.landmarks.size
+    np.testing.assert_allclose(on_csr.decision_function(sp.csr_matrix(smooth)), f, atol=1e-6 * np.abs(f).max())
     caplog.clear()
     with caplog.at_level("INFO", logger="margindist"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
