@@ -185,10 +185,12 @@ def run_magic(args, methods, out):
                         measure(functools.partial(on, kernel_approximation=args.landmarks), data, args.repeats), peer)
             if args.cv:
                 best = cv_params(name, data)
-                path = "exact" if m <= args.exact_max or name not in CUBIC else f"nystroem {args.landmarks}"
-                kw = {} if path == "exact" else {"kernel_approximation": args.landmarks}
-                row(out, "magic", m, name, f"{path}, CV {best}",
-                    measure(functools.partial(make, **best, **kw), data, args.repeats), peer)
+                exact = m <= args.exact_max or name not in CUBIC
+                if exact or args.landmarks:  # (--landmarks 0: no Nyström rows)
+                    path = "exact" if exact else f"nystroem {args.landmarks}"
+                    kw = {} if exact else {"kernel_approximation": args.landmarks}
+                    row(out, "magic", m, name, f"{path}, CV {best}",
+                        measure(functools.partial(make, **best, **kw), data, args.repeats), peer)
                 if name in AUTO:
                     row(out, "magic", m, name, f"auto, CV {best}",
                         measure(functools.partial(make, **best, kernel_approximation="auto"), data, args.repeats), peer)
