@@ -65,6 +65,7 @@ from .kernels import (
     KernelRowCache,
     KernelSpec,
     NystroemMap,
+    builtin_psd,
     cache_dtype,
     fewest_landmarks,
     indefinite_kernel,
@@ -936,8 +937,7 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         """Whether the share of the kernel's trace that landmarks leave out measures how close
         their model is: the built-in positive semi-definite kernels (not sigmoid, poly with
         coef0 < 0, a callable or a precomputed one)."""
-        return (kernel is not None and not kernel.is_linear and kernel.kind not in ("precomputed", "callable")
-                and not indefinite_kernel(kernel.kind, kernel.coef0))
+        return kernel is not None and not kernel.is_linear and builtin_psd(kernel)
 
     def _near_exact_features(self, problem: BinaryProblem, merged, full):
         """(map, features, share left out) of :meth:`_tried_components` landmarks where they
@@ -947,11 +947,8 @@ class BaseMarginClassifier(ClassifierMixin, BaseEstimator):
         counted), which an exact kernel path solves as one row each.
 
         Such landmarks span the rows' feature vectors up to a small distance, so the model on
-        them is close to the exact one. Measured for MSVMAv (the method with this rule), 1000
-        landmarks against the exact model, two 70/30 splits of magic, banana, phoneme,
-        spambase and a 10-dimensional make_classification set (3217-5000 training rows,
-        shares 0.000-0.081 left out): test accuracy -0.02 to +0.44 point, 3-10 times faster;
-        and for ODM (:data:`WARN_RESIDUAL`) shares up to 0.04 cost at most 0.1 point."""
+        them is close to the exact one: the fewest of :data:`AUTO_FEWER` that do, else
+        :data:`AUTO_COMPONENTS` (how close, measured: at those constants)."""
         m_exact = merged[0].shape[0] if merged is not None else self._exact_rows(problem.kernel, problem.X, problem.y)
         n_comp = self._tried_components(problem.kernel, m_exact)
         if n_comp is None:

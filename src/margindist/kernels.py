@@ -120,6 +120,13 @@ def indefinite_kernel(kind, coef0=0.0) -> bool:
     return kind == "sigmoid" or (kind == "poly" and coef0 < 0)
 
 
+def builtin_psd(spec: KernelSpec) -> bool:
+    """Whether ``spec`` is a built-in kernel whose Gram matrices are positive semi-definite by
+    construction: rbf, linear, poly with coef0 >= 0 (not the sigmoid, a poly with coef0 < 0, a
+    callable or a precomputed one)."""
+    return spec.kind in ("rbf", "linear", "poly") and not indefinite_kernel(spec.kind, spec.coef0)
+
+
 def resolve_kernel(kernel="rbf", X=None, *, gamma="scale", degree=3, coef0=0.0, kernel_params=None,
                    sample_weight=None):
     """Resolve kernel parameters against the training data.

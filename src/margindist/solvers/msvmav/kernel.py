@@ -7,7 +7,7 @@ import numpy as np
 import scipy.linalg as sla
 from scipy.linalg import lapack
 
-from ...kernels import KernelSpec, indefinite_kernel, kernel_matrix
+from ...kernels import KernelSpec, builtin_psd, kernel_matrix
 from .._gram import lower_to_full
 from .._repeats import repeated_rows, split_coefficients
 from .._threads import blas_single_thread
@@ -30,12 +30,6 @@ def _kernel_gram(spec: KernelSpec, X, fit_intercept):
     if fit_intercept:
         K += 1.0
     return K
-
-
-def _psd_kernel(spec):
-    """Kernels whose Gram matrix is positive semi-definite by construction (the factor route
-    needs it; other kernels go through the eigendecomposition, which clips negative eigenvalues)."""
-    return spec.kind in ("rbf", "linear", "poly") and not indefinite_kernel(spec.kind, spec.coef0)
 
 
 def _cached(cache, tag, spec, X, s, fit_intercept, nbytes, compute):
@@ -236,7 +230,8 @@ def msvmav_kernel(spec: KernelSpec, X, y, sample_weight, alpha, beta, *, fit_int
     y = np.asarray(y, dtype=np.float64)
     s = np.asarray(sample_weight, dtype=np.float64)
     with blas_single_thread(y.shape[0]):
-        if kernel_prox == "paper" and kw.get("update", "auto") == "auto" and _psd_kernel(spec):
+        # the factor route needs a positive semi-definite Gram matrix; the eigenbasis clips the others
+        if kernel_prox == "paper" and kw.get("update", "auto") == "auto" and builtin_psd(spec):
             res = _factor_route(spec, X, y, s, alpha, beta, fit_intercept, cache, callback, factor_loop, kw)
             if res is not None:
                 return res
